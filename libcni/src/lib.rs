@@ -10,6 +10,7 @@
 
 pub mod error;
 pub mod netns;
+pub mod types;
 pub mod version;
 
 pub use error::{CniError, ErrorCode};
