@@ -1,0 +1,65 @@
+//! Benchmarks of our plugins against the reference plugins, side by side in
+//! one run. Candidates are alternated run by run so that drift of a shared
+//! machine (other load, CPU frequency) hits both sides alike.
+
+pub mod version;
+
+use std::fmt::Write as _;
+
+/// One printed row: a metric, our figure, the reference's, and the ratio.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub metric: String,
+    pub ours: f64,
+    pub reference: f64,
+    pub unit: String,
+    /// ours / reference.
+    pub ratio: f64,
+    /// The target the project set for the ratio, if any (at most this).
+    pub target: Option<f64>,
+}
+
+impl Row {
+    pub fn new(metric: impl Into<String>, ours: f64, reference: f64, unit: &str) -> Row {
+        Row {
+            metric: metric.into(),
+            ours,
+            reference,
+            unit: unit.to_string(),
+            ratio: ours / reference,
+            target: None,
+        }
+    }
+
+    pub fn with_target(mut self, target: f64) -> Row {
+        self.target = Some(target);
+        self
+    }
+
+    pub fn meets_target(&self) -> Option<bool> {
+        self.target.map(|t| self.ratio <= t)
+    }
+}
+
+/// A plain-text table, as the README shows it.
+pub fn render_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| metric | ours | reference | ratio | target | met |\n| --- | ---: | ---: | ---: | ---: | --- |"
+    );
+    for r in rows {
+        let target = r.target.map(|t| format!("<= {t}")).unwrap_or_default();
+        let met = match r.meets_target() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} {} | {:.3} {} | {:.2} | {} | {} |",
+            r.metric, r.ours, r.unit, r.reference, r.unit, r.ratio, target, met
+        );
+    }
+    out
+}
