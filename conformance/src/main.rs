@@ -5,7 +5,6 @@
 //! a table of our figure, the reference's and the ratio.
 
 mod bench;
-mod measure;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,8 +8,18 @@
 //! - system helpers shared by the plugins: network namespaces ([`netns`]),
 //!   netlink ([`netlink`]) and sysctls ([`sysctl`]).
 
+pub mod args;
+pub mod cache;
+pub mod conf;
 pub mod error;
+pub mod invoke;
+pub mod logging;
+pub mod netlink;
 pub mod netns;
+pub mod plugin_conf;
+pub mod runtime;
+pub mod skel;
+pub mod sysctl;
 pub mod types;
 pub mod version;
 

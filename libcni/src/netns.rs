@@ -3,13 +3,20 @@
 //! A path given as CNI_NETNS must name a namespace file (nsfs, or a
 //! `/proc/<pid>/ns/net` link that resolves to one). Anything else is refused
 //! before a plugin touches the system.
+//!
+//! Work inside a namespace goes through [`NetNs::run`], which uses a fresh
+//! thread for each call: `setns` changes only the calling thread, so a thread
+//! that is never reused cannot leak the namespace into unrelated code, and
+//! there is no switch back that could fail.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::thread;
 
+use nix::sched::{setns, CloneFlags};
 use nix::sys::statfs::{fstatfs, NSFS_MAGIC, PROC_SUPER_MAGIC};
 
 /// The calling thread's own network namespace. `/proc/self` would name the
@@ -91,6 +98,59 @@ impl NetNs {
     pub fn same_as(&self, other: &NetNs) -> Result<bool, NetNsError> {
         Ok(self.identity()? == other.identity()?)
     }
+
+    /// Runs `f` inside this namespace and returns its value.
+    ///
+    /// `f` runs on a dedicated thread that enters the namespace and ends when
+    /// `f` returns; the caller's thread never changes namespace. The closure
+    /// may borrow from the caller (the thread is scoped). Threads spawned by
+    /// `f` inherit the namespace, but anything already running does not.
+    ///
+    /// A panic inside `f` comes back as [`NetNsError::Thread`] when panics
+    /// unwind; under `panic = "abort"` (our release profile) it aborts the
+    /// process like any other panic.
+    ///
+    /// Cost: the thread itself is ~0.07 ms, but once a process has run a
+    /// second thread its link deletions were measured ~4 ms slower in the
+    /// kernel (figures in [`crate::netlink`]).
+    pub fn run<T, F>(&self, f: F) -> Result<T, NetNsError>
+    where
+        T: Send,
+        F: FnOnce() -> T + Send,
+    {
+        let worker_failed = |msg: String| NetNsError::Thread {
+            path: self.path.clone(),
+            msg,
+        };
+        thread::scope(|scope| {
+            let worker = thread::Builder::new()
+                .name("netns-run".into())
+                .spawn_scoped(scope, || -> Result<T, NetNsError> {
+                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
+                        NetNsError::Switch {
+                            path: self.path.clone(),
+                            source,
+                        }
+                    })?;
+                    Ok(f())
+                })
+                .map_err(|e| worker_failed(format!("cannot spawn thread: {e}")))?;
+            worker
+                .join()
+                .map_err(|payload| worker_failed(panic_message(payload.as_ref())))?
+        })
+    }
+}
+
+/// The text of a panic payload (`panic!` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_string()
+    }
 }
 
 impl AsFd for NetNs {
@@ -128,6 +188,31 @@ mod tests {
     fn missing_path_is_not_exist() {
         let e = NetNs::open("/nonexistent/netns/x").unwrap_err();
         assert!(e.is_not_exist(), "{e}");
+    }
+
+    #[test]
+    fn run_in_own_netns_returns_value_and_borrows() {
+        let own = NetNs::current_thread().unwrap();
+        let outside = own.identity().unwrap();
+        let seen = own
+            .run(|| NetNs::current_thread().unwrap().identity().unwrap())
+            .unwrap();
+        assert_eq!(seen, outside);
+        // The worker thread is a different thread from the caller.
+        let caller = thread::current().id();
+        assert_ne!(own.run(|| thread::current().id()).unwrap(), caller);
+    }
+
+    #[test]
+    fn run_reports_panic_as_thread_error() {
+        let own = NetNs::current_thread().unwrap();
+        let e = own.run(|| -> u8 { panic!("boom {}", 7) }).unwrap_err();
+        match e {
+            NetNsError::Thread { msg, .. } => assert!(msg.contains("boom 7"), "{msg}"),
+            other => panic!("unexpected error {other}"),
+        }
+        let e = own.run(|| -> u8 { panic!("static str") }).unwrap_err();
+        assert!(e.to_string().contains("static str"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,249 @@
+//! Network namespaces made by a test, and running plugin binaries in them.
+//!
+//! Every namespace name starts with `cnitest-` so that CI can tell whether
+//! a test leaked one. Namespaces are deleted on drop, also when the test
+//! fails, and nothing here touches the machine's own network setup.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+/// A named network namespace (`/run/netns/<name>`), deleted on drop.
+pub struct TestNetns {
+    name: String,
+}
+
+impl TestNetns {
+    /// Creates `cnitest-<tag>-<pid>-<n>` with `lo` up. Panics on failure,
+    /// which is what a test wants.
+    pub fn new(tag: &str) -> TestNetns {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "cnitest-{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        assert!(
+            name.len() <= 64,
+            "netns name {name} too long; use a shorter tag"
+        );
+        ip(&["netns", "add", &name]);
+        let ns = TestNetns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/run/netns/{}", self.name))
+    }
+
+    /// `ip -n <ns> <args>`, asserting success; returns stdout.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+
+    /// `ip -n <ns> -j <args>` parsed as JSON.
+    pub fn ip_json(&self, args: &[&str]) -> Value {
+        let mut full = vec!["-j"];
+        full.extend_from_slice(args);
+        let out = self.ip(&full);
+        if out.trim().is_empty() {
+            return Value::Array(Vec::new());
+        }
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("ip -j {args:?}: {e}: {out}"))
+    }
+
+    /// Runs a command inside the namespace (`ip netns exec`).
+    pub fn exec(&self, program: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("ip netns exec {program}: {e}"))
+    }
+
+    /// Whether `ping -c 1` from this namespace reaches `addr`.
+    pub fn ping(&self, addr: &str) -> bool {
+        let out = self.exec("ping", &["-c", "1", "-W", "2", addr]);
+        out.status.success()
+    }
+
+    /// Interface names in the namespace.
+    pub fn links(&self) -> Vec<String> {
+        self.ip_json(&["link", "show"])
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
+/// `ip <args>`, asserting success; returns stdout.
+pub fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ip: {e}"));
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Where the workspace's built binaries are: `$CNI_TEST_BIN_DIR`, or the
+/// `target/debug` folder next to this crate.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CNI_TEST_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("debug")
+}
+
+/// The Debian reference plugins.
+pub const REFERENCE_DIR: &str = "/usr/lib/cni";
+
+/// One exec of a plugin binary, as a runtime does it.
+#[derive(Debug, Clone, Default)]
+pub struct PluginCall {
+    pub env: BTreeMap<String, String>,
+    pub stdin: Vec<u8>,
+    /// Run inside this namespace (`ip netns exec`), e.g. a fake host netns.
+    pub in_netns: Option<String>,
+}
+
+/// What a plugin run printed and returned.
+#[derive(Debug, Clone)]
+pub struct PluginOutcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl PluginOutcome {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {:?}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code, 0,
+            "plugin failed: stdout {} stderr {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The spec error code printed on stdout (asserting exit status 1).
+    pub fn error_code(&self) -> u64 {
+        assert_eq!(self.code, 1, "expected failure, got: {}", self.stdout);
+        self.json()["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no code in {}", self.stdout))
+    }
+}
+
+impl PluginCall {
+    /// A call with CNI_COMMAND and the given variables; CNI_PATH defaults to
+    /// the workspace's binaries.
+    pub fn new(command: &str) -> PluginCall {
+        let mut env = BTreeMap::new();
+        env.insert("CNI_COMMAND".to_string(), command.to_string());
+        env.insert("CNI_PATH".to_string(), bin_dir().display().to_string());
+        PluginCall {
+            env,
+            stdin: Vec::new(),
+            in_netns: None,
+        }
+    }
+
+    pub fn var(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// Sets CNI_CONTAINERID, CNI_NETNS and CNI_IFNAME at once.
+    pub fn attachment(self, container_id: &str, netns: &Path, ifname: &str) -> Self {
+        self.var("CNI_CONTAINERID", container_id)
+            .var("CNI_NETNS", netns.display().to_string())
+            .var("CNI_IFNAME", ifname)
+    }
+
+    pub fn stdin_json(mut self, conf: &Value) -> Self {
+        self.stdin = serde_json::to_vec(conf).unwrap_or_default();
+        self
+    }
+
+    pub fn in_netns(mut self, ns: &TestNetns) -> Self {
+        self.in_netns = Some(ns.name().to_string());
+        self
+    }
+
+    /// Runs `plugin` with a cleared environment plus PATH and the call's
+    /// variables.
+    pub fn run(&self, plugin: &Path) -> PluginOutcome {
+        let mut cmd = match &self.in_netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(plugin);
+                c
+            }
+            None => Command::new(plugin),
+        };
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .envs(&self.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", plugin.display()));
+        if let Some(mut input) = child.stdin.take() {
+            let _ = input.write_all(&self.stdin);
+        }
+        let out = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("wait {}: {e}", plugin.display()));
+        PluginOutcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Every spec version, as strings, oldest first.
+pub const ALL_VERSIONS: [&str; 7] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
+];

@@ -1,0 +1,468 @@
+//! The configuration a plugin receives on stdin.
+//!
+//! [`PluginConf`] is the typed view of the keys every plugin shares. The
+//! bytes it was read from and their JSON value are kept beside it: a plugin
+//! decodes its own keys from the same value ([`PluginConf::parse_as`]), and a
+//! delegate (IPAM) must get the configuration exactly as received, unknown
+//! keys included, which re-serialising a typed struct would not give.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::types::{AnyResult, Dns, ResultError};
+use crate::version::SpecVersion;
+
+/// The GC key naming the attachments that are still in use.
+pub const VALID_ATTACHMENTS_KEY: &str = "cni.dev/valid-attachments";
+/// The same list under the name libcni used before renaming it; libcni
+/// still sends both.
+pub const LEGACY_ATTACHMENTS_KEY: &str = "cni.dev/attachments";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfError {
+    #[error("error unmarshall network config: {0}")]
+    Decode(#[source] serde_json::Error),
+    #[error("error unmarshall network config: the configuration is not a JSON object")]
+    NotAnObject,
+    #[error("error unmarshall network config: {key:?} must be a string")]
+    NotAString { key: &'static str },
+    #[error("missing network name")]
+    MissingName,
+    #[error("invalid characters found in network name")]
+    InvalidName(String),
+    #[error("unsupported CNI version {0:?}")]
+    UnsupportedVersion(String),
+    #[error("invalid network config: {0}")]
+    Invalid(#[source] serde_json::Error),
+    #[error("failed to parse prevResult: {0}")]
+    PrevResult(#[source] ResultError),
+}
+
+impl ToCniError for ConfError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            ConfError::Decode(_) | ConfError::NotAnObject | ConfError::NotAString { .. } => {
+                ErrorCode::Decode
+            }
+            ConfError::MissingName | ConfError::InvalidName(_) | ConfError::Invalid(_) => {
+                ErrorCode::InvalidNetworkConfig
+            }
+            ConfError::UnsupportedVersion(_) => ErrorCode::IncompatibleVersion,
+            ConfError::PrevResult(ResultError::UnsupportedVersion(_)) => {
+                ErrorCode::IncompatibleVersion
+            }
+            ConfError::PrevResult(_) => ErrorCode::Decode,
+        };
+        let error = CniError::new(code, self.to_string());
+        match self {
+            ConfError::InvalidName(name) => error.with_details(name.clone()),
+            _ => error,
+        }
+    }
+}
+
+/// The `ipam` section: its `type` plus everything else, untouched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpamConf {
+    /// The IPAM plugin to delegate to; empty when the section has none.
+    pub ipam_type: String,
+    pub raw: Value,
+}
+
+/// An attachment named in a GC request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+pub struct GcAttachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    #[serde(rename = "ifname")]
+    pub ifname: String,
+}
+
+/// A plugin's stdin configuration: shared keys typed, the rest kept raw.
+#[derive(Debug, Clone)]
+pub struct PluginConf {
+    /// `""` or a missing key means 0.1.0, the version before the key existed.
+    pub cni_version: SpecVersion,
+    pub name: String,
+    pub plugin_type: String,
+    pub capabilities: BTreeMap<String, bool>,
+    pub ipam: Option<IpamConf>,
+    pub dns: Dns,
+    pub ip_masq: bool,
+    /// Capability arguments the runtime injected.
+    pub runtime_config: Option<Value>,
+    /// The `args` object (`args.cni.ips`, labels, ...).
+    pub args: Option<Value>,
+    /// The previous plugin's result, undecoded; see [`PluginConf::prev_result`].
+    pub raw_prev_result: Option<Value>,
+    /// GC only: attachments still in use (either key, the current one first).
+    pub valid_attachments: Vec<GcAttachment>,
+    raw: Value,
+    bytes: Vec<u8>,
+}
+
+/// Typed part of the shared keys. `null` is accepted wherever a key may be
+/// left out, since Go marshals empty values that way.
+#[derive(Deserialize)]
+struct SharedKeys {
+    #[serde(rename = "type", default)]
+    plugin_type: Option<String>,
+    #[serde(default)]
+    capabilities: Option<BTreeMap<String, bool>>,
+    #[serde(default)]
+    ipam: Option<Map<String, Value>>,
+    #[serde(default)]
+    dns: Option<Dns>,
+    #[serde(rename = "ipMasq", default)]
+    ip_masq: Option<bool>,
+    #[serde(rename = "runtimeConfig", default)]
+    runtime_config: Option<Value>,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(rename = "prevResult", default)]
+    prev_result: Option<Value>,
+    #[serde(rename = "cni.dev/valid-attachments", default)]
+    valid_attachments: Option<Vec<GcAttachment>>,
+    #[serde(rename = "cni.dev/attachments", default)]
+    legacy_attachments: Option<Vec<GcAttachment>>,
+}
+
+impl PluginConf {
+    /// Decodes and validates a configuration: JSON object (code 6), network
+    /// name (7), known `cniVersion` (1), well-typed shared keys (7).
+    pub fn from_slice(bytes: &[u8]) -> Result<PluginConf, ConfError> {
+        let head = ConfHead::from_slice(bytes)?;
+        let version = SpecVersion::parse_config(&head.version)
+            .map_err(|_| ConfError::UnsupportedVersion(head.version.clone()))?;
+        PluginConf::from_head(head, version)
+    }
+
+    /// The second stage of [`PluginConf::from_slice`], once the caller has
+    /// settled the version.
+    pub(crate) fn from_head(head: ConfHead, version: SpecVersion) -> Result<PluginConf, ConfError> {
+        let ConfHead {
+            name, raw, bytes, ..
+        } = head;
+        let shared = SharedKeys::deserialize(&raw).map_err(ConfError::Invalid)?;
+        let ipam = shared.ipam.map(|section| IpamConf {
+            ipam_type: section
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            raw: Value::Object(section),
+        });
+        Ok(PluginConf {
+            cni_version: version,
+            name,
+            plugin_type: shared.plugin_type.unwrap_or_default(),
+            capabilities: shared.capabilities.unwrap_or_default(),
+            ipam,
+            dns: shared.dns.unwrap_or_default(),
+            ip_masq: shared.ip_masq.unwrap_or(false),
+            runtime_config: shared.runtime_config,
+            args: shared.args,
+            raw_prev_result: shared.prev_result,
+            valid_attachments: shared
+                .valid_attachments
+                .or(shared.legacy_attachments)
+                .unwrap_or_default(),
+            raw,
+            bytes,
+        })
+    }
+
+    /// The whole configuration as JSON, unknown keys included.
+    pub fn raw(&self) -> &Value {
+        &self.raw
+    }
+
+    /// The configuration exactly as received: what delegates get.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Decodes the plugin's own view of the configuration from the same
+    /// JSON; a mismatch is an invalid configuration (code 7).
+    pub fn parse_as<T: DeserializeOwned>(&self) -> Result<T, ConfError> {
+        T::deserialize(&self.raw).map_err(ConfError::Invalid)
+    }
+
+    /// The previous result, decoded in the version it states, or in the
+    /// config's version when it states none (as the Go library does).
+    pub fn prev_result(&self) -> Result<Option<AnyResult>, ConfError> {
+        let Some(raw) = &self.raw_prev_result else {
+            return Ok(None);
+        };
+        let mut raw = raw.clone();
+        if let Some(obj) = raw.as_object_mut() {
+            // Go's ParsePrevResult writes the version under this spelling,
+            // so a result relayed through Go code can carry it.
+            if let Some(Value::String(legacy)) = obj.remove("CNIVersion") {
+                let has_version =
+                    matches!(obj.get("cniVersion"), Some(Value::String(s)) if !s.is_empty());
+                if !has_version && !legacy.is_empty() {
+                    obj.insert("cniVersion".to_string(), Value::String(legacy));
+                }
+            }
+        }
+        AnyResult::from_value(raw, self.cni_version)
+            .map(Some)
+            .map_err(ConfError::PrevResult)
+    }
+}
+
+/// The part of a configuration checked before the version is negotiated:
+/// the JSON object, the network name and the version string as written.
+#[derive(Debug, Clone)]
+pub(crate) struct ConfHead {
+    pub name: String,
+    /// `cniVersion` as written; `""` when absent.
+    pub version: String,
+    pub raw: Value,
+    pub bytes: Vec<u8>,
+}
+
+impl ConfHead {
+    pub(crate) fn from_slice(bytes: &[u8]) -> Result<ConfHead, ConfError> {
+        let raw: Value = serde_json::from_slice(bytes).map_err(ConfError::Decode)?;
+        let obj = raw.as_object().ok_or(ConfError::NotAnObject)?;
+        let name = optional_string(obj, "name")?;
+        validate_network_name(&name)?;
+        let version = optional_string(obj, "cniVersion")?;
+        Ok(ConfHead {
+            name,
+            version,
+            raw,
+            bytes: bytes.to_vec(),
+        })
+    }
+}
+
+/// A string key that may be absent or `null` (both read as `""`).
+fn optional_string(obj: &Map<String, Value>, key: &'static str) -> Result<String, ConfError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(ConfError::NotAString { key }),
+    }
+}
+
+/// Whether `s` matches `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`, the rule for
+/// network names and container IDs.
+pub fn is_valid_cni_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    match bytes.next() {
+        Some(first) if first.is_ascii_alphanumeric() => {}
+        _ => return false,
+    }
+    bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Network names: non-empty and [`is_valid_cni_name`] (code 7).
+pub fn validate_network_name(name: &str) -> Result<(), ConfError> {
+    if name.is_empty() {
+        return Err(ConfError::MissingName);
+    }
+    if !is_valid_cni_name(name) {
+        return Err(ConfError::InvalidName(name.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::v100;
+    use serde_json::json;
+
+    fn conf(v: Value) -> Result<PluginConf, ConfError> {
+        PluginConf::from_slice(&serde_json::to_vec(&v).unwrap())
+    }
+
+    #[test]
+    fn shared_keys_are_typed_and_raw_is_kept() {
+        let bytes = br#"{"cniVersion":"1.0.0","name":"net1","type":"bridge",
+            "capabilities":{"portMappings":true},"ipam":{"type":"host-local","subnet":"10.1.0.0/16"},
+            "dns":{"nameservers":["10.1.0.1"]},"ipMasq":true,"runtimeConfig":{"mac":"aa"},
+            "args":{"cni":{"ips":["10.1.0.5"]}},"bridge":"cni0"}"#;
+        let c = PluginConf::from_slice(bytes).unwrap();
+        assert_eq!(c.cni_version, SpecVersion::V1_0_0);
+        assert_eq!(c.name, "net1");
+        assert_eq!(c.plugin_type, "bridge");
+        assert_eq!(c.capabilities.get("portMappings"), Some(&true));
+        let ipam = c.ipam.as_ref().unwrap();
+        assert_eq!(ipam.ipam_type, "host-local");
+        assert_eq!(ipam.raw["subnet"], "10.1.0.0/16");
+        assert_eq!(c.dns.nameservers, vec!["10.1.0.1".to_string()]);
+        assert!(c.ip_masq);
+        assert_eq!(c.runtime_config.as_ref().unwrap()["mac"], "aa");
+        assert_eq!(c.args.as_ref().unwrap()["cni"]["ips"][0], "10.1.0.5");
+        assert_eq!(c.raw()["bridge"], "cni0");
+        assert_eq!(c.bytes(), bytes.as_slice(), "bytes are kept verbatim");
+        assert!(c.raw_prev_result.is_none());
+        assert!(c.prev_result().unwrap().is_none());
+    }
+
+    #[test]
+    fn plugin_decodes_its_own_keys_from_the_same_json() {
+        #[derive(Debug, Deserialize)]
+        struct BridgeConf {
+            bridge: String,
+            #[serde(rename = "isGateway", default)]
+            is_gateway: bool,
+        }
+        let c =
+            conf(json!({"cniVersion":"0.4.0","name":"n","type":"bridge","bridge":"br9"})).unwrap();
+        let b: BridgeConf = c.parse_as().unwrap();
+        assert_eq!(b.bridge, "br9");
+        assert!(!b.is_gateway);
+        let c = conf(json!({"name":"n","bridge":7})).unwrap();
+        let e = c.parse_as::<BridgeConf>().unwrap_err();
+        assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+    }
+
+    #[test]
+    fn missing_or_empty_version_is_0_1_0() {
+        assert_eq!(
+            conf(json!({"name":"n"})).unwrap().cni_version,
+            SpecVersion::V0_1_0
+        );
+        assert_eq!(
+            conf(json!({"name":"n","cniVersion":""}))
+                .unwrap()
+                .cni_version,
+            SpecVersion::V0_1_0
+        );
+        assert_eq!(
+            conf(json!({"name":"n","cniVersion":null}))
+                .unwrap()
+                .cni_version,
+            SpecVersion::V0_1_0
+        );
+    }
+
+    #[test]
+    fn nulls_read_as_absent() {
+        let c = conf(
+            json!({"name":"n","type":null,"capabilities":null,"ipam":null,
+            "dns":null,"ipMasq":null,"prevResult":null}),
+        )
+        .unwrap();
+        assert_eq!(c.plugin_type, "");
+        assert!(c.capabilities.is_empty());
+        assert!(c.ipam.is_none());
+        assert!(c.dns.is_empty());
+        assert!(!c.ip_masq);
+        assert!(c.prev_result().unwrap().is_none());
+    }
+
+    #[test]
+    fn codes_of_bad_configs() {
+        let code = |bytes: &[u8]| {
+            PluginConf::from_slice(bytes)
+                .unwrap_err()
+                .to_cni_error()
+                .code
+                .as_u32()
+        };
+        assert_eq!(code(b""), 6);
+        assert_eq!(code(b"{"), 6);
+        assert_eq!(code(b"\xff\xfe"), 6);
+        assert_eq!(code(b"[]"), 6);
+        assert_eq!(code(b"null"), 6);
+        assert_eq!(code(br#"{"name":5}"#), 6);
+        assert_eq!(code(br#"{"name":"n","cniVersion":1}"#), 6);
+        assert_eq!(code(br#"{}"#), 7);
+        assert_eq!(code(br#"{"name":""}"#), 7);
+        assert_eq!(code(br#"{"name":"bad name"}"#), 7);
+        assert_eq!(code(br#"{"name":"-x"}"#), 7);
+        assert_eq!(code(br#"{"name":"n","cniVersion":"9.9.9"}"#), 1);
+        assert_eq!(code(br#"{"name":"n","dns":"x"}"#), 7);
+        assert_eq!(code(br#"{"name":"n","ipam":[]}"#), 7);
+        assert_eq!(code(br#"{"name":"n","ipMasq":"true"}"#), 7);
+        assert_eq!(code(br#"{"name":"n","capabilities":{"a":1}}"#), 7);
+        let e = PluginConf::from_slice(br#"{"name":"a b"}"#)
+            .unwrap_err()
+            .to_cni_error();
+        assert_eq!(e.msg, "invalid characters found in network name");
+        assert_eq!(e.details, "a b");
+        let e = PluginConf::from_slice(br#"{}"#).unwrap_err().to_cni_error();
+        assert_eq!(e.msg, "missing network name");
+    }
+
+    #[test]
+    fn name_rule() {
+        for ok in ["a", "A0", "0", "net-1_2.x", "cni-loopback"] {
+            assert!(is_valid_cni_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "_a", ".a", "a b", "a/b", "a:b", "é", "a\n"] {
+            assert!(!is_valid_cni_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn prev_result_uses_the_config_version_when_it_has_none() {
+        let c = conf(json!({"cniVersion":"0.3.1","name":"n","prevResult":{
+            "ips":[{"version":"4","address":"10.0.0.2/24"}]}}))
+        .unwrap();
+        let r = c.prev_result().unwrap().unwrap();
+        assert_eq!(r.version(), SpecVersion::V0_3_1);
+        let c = conf(json!({"cniVersion":"1.1.0","name":"n","prevResult":{
+            "cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}}))
+        .unwrap();
+        let r = c.prev_result().unwrap().unwrap();
+        assert_eq!(r.version(), SpecVersion::V1_0_0);
+        let v1 = v100::Result::try_from(r).unwrap();
+        assert_eq!(v1.ips.len(), 1);
+    }
+
+    #[test]
+    fn prev_result_accepts_go_spelling_of_the_version() {
+        let c = conf(json!({"cniVersion":"1.0.0","name":"n","prevResult":{
+            "CNIVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}}))
+        .unwrap();
+        assert_eq!(
+            c.prev_result().unwrap().unwrap().version(),
+            SpecVersion::V0_4_0
+        );
+    }
+
+    #[test]
+    fn bad_prev_result_is_an_error() {
+        let c = conf(json!({"cniVersion":"1.0.0","name":"n","prevResult":{"ips":5}})).unwrap();
+        assert_eq!(
+            c.prev_result().unwrap_err().to_cni_error().code,
+            ErrorCode::Decode
+        );
+        let c = conf(json!({"name":"n","prevResult":{"cniVersion":"7.0.0"}})).unwrap();
+        assert_eq!(
+            c.prev_result().unwrap_err().to_cni_error().code,
+            ErrorCode::IncompatibleVersion
+        );
+        let c = conf(json!({"name":"n","prevResult":[]})).unwrap();
+        assert!(c.prev_result().is_err());
+    }
+
+    #[test]
+    fn gc_attachments_under_either_key() {
+        let c = conf(json!({"cniVersion":"1.1.0","name":"n",
+            "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}))
+        .unwrap();
+        assert_eq!(
+            c.valid_attachments,
+            vec![GcAttachment {
+                container_id: "c1".into(),
+                ifname: "eth0".into()
+            }]
+        );
+        let c = conf(json!({"cniVersion":"1.1.0","name":"n",
+            "cni.dev/attachments":[{"containerID":"c2","ifname":"net1"}]}))
+        .unwrap();
+        assert_eq!(c.valid_attachments[0].container_id, "c2");
+    }
+}

@@ -1,0 +1,1 @@
+//! Masquerade rules for container addresses (iptables and nftables).
