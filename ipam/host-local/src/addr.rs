@@ -122,7 +122,10 @@ mod tests {
             next(ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
             ip("::")
         );
-        assert_eq!(prev(ip("::")), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"));
+        assert_eq!(
+            prev(ip("::")),
+            ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
+        );
     }
 
     #[test]
@@ -130,7 +133,10 @@ mod tests {
         assert_eq!(mask(Family::V4, 24), 0xffff_ff00);
         assert_eq!(mask(Family::V4, 0), 0);
         assert_eq!(mask(Family::V4, 32), 0xffff_ffff);
-        assert_eq!(mask(Family::V6, 64), 0xffff_ffff_ffff_ffff_0000_0000_0000_0000);
+        assert_eq!(
+            mask(Family::V6, 64),
+            0xffff_ffff_ffff_ffff_0000_0000_0000_0000
+        );
         assert_eq!(mask(Family::V6, 128), u128::MAX);
     }
 
@@ -142,8 +148,19 @@ mod tests {
             parse_ip_maybe_prefix("2001:db8:1::11/64"),
             Some(ip("2001:db8:1::11"))
         );
-        assert_eq!(parse_ip_maybe_prefix("::ffff:10.0.0.1"), Some(ip("10.0.0.1")));
-        for bad in ["", "10.1.2", "10.1.2.3/", "10.1.2.3/33", "x/24", "10.1.2.3/-1", "1.2.3.4/2/3"] {
+        assert_eq!(
+            parse_ip_maybe_prefix("::ffff:10.0.0.1"),
+            Some(ip("10.0.0.1"))
+        );
+        for bad in [
+            "",
+            "10.1.2",
+            "10.1.2.3/",
+            "10.1.2.3/33",
+            "x/24",
+            "10.1.2.3/-1",
+            "1.2.3.4/2/3",
+        ] {
             assert_eq!(parse_ip_maybe_prefix(bad), None, "{bad}");
         }
     }

@@ -99,7 +99,11 @@ pub fn allocate(
 /// the set is full. Reads without the lock (STATUS is advisory); stops at
 /// the first free address, so it only walks the whole set when the set is
 /// full or nearly so.
-pub fn next_free(store: &Store, set: &RangeSet, set_idx: usize) -> Result<Option<IpAddr>, StoreError> {
+pub fn next_free(
+    store: &Store,
+    set: &RangeSet,
+    set_idx: usize,
+) -> Result<Option<IpAddr>, StoreError> {
     for (ip, _) in set.iter_from(store.last_reserved_ip(set_idx)) {
         if store.is_free(ip)? {
             return Ok(Some(ip));

@@ -172,7 +172,11 @@ impl NetConfKeys {
     }
 }
 
-fn store_config(keys: &NetConfKeys, ipam: &IpamKeys, range_sets: usize) -> Result<StoreConfig, ConfigError> {
+fn store_config(
+    keys: &NetConfKeys,
+    ipam: &IpamKeys,
+    range_sets: usize,
+) -> Result<StoreConfig, ConfigError> {
     let network = keys.name.clone().unwrap_or_default();
     if network.is_empty() {
         return Err(ConfigError::MissingName);
@@ -220,9 +224,16 @@ impl IpamConfig {
                     .ok_or_else(|| ConfigError::InvalidEnvIp(value.to_string()))?,
             );
         }
-        let arg_ips = keys.args.as_ref().and_then(|a| a.cni.as_ref()).and_then(|c| c.ips.as_ref());
+        let arg_ips = keys
+            .args
+            .as_ref()
+            .and_then(|a| a.cni.as_ref())
+            .and_then(|c| c.ips.as_ref());
         let runtime_ips = keys.runtime_config.as_ref().and_then(|rc| rc.ips.as_ref());
-        for (source_key, values) in [("args.cni.ips", arg_ips), ("runtimeConfig.ips", runtime_ips)] {
+        for (source_key, values) in [
+            ("args.cni.ips", arg_ips),
+            ("runtimeConfig.ips", runtime_ips),
+        ] {
             for value in values.into_iter().flatten() {
                 requested_ips.push(addr::parse_ip_maybe_prefix(value).ok_or_else(|| {
                     ConfigError::InvalidRequestedIp {
@@ -242,7 +253,8 @@ impl IpamConfig {
             .iter()
             .enumerate()
             .map(|(index, set)| {
-                RangeSet::from_specs(set).map_err(|source| ConfigError::InvalidRangeSet { index, source })
+                RangeSet::from_specs(set)
+                    .map_err(|source| ConfigError::InvalidRangeSet { index, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
 

@@ -56,8 +56,6 @@ pub enum Error {
     UnfulfilledRequest(Vec<IpAddr>),
     #[error("host-local: Failed to find address added by container {0}")]
     NotFound(String),
-    #[error("GC needs the attachments still in use, but the configuration has neither {VALID_ATTACHMENTS_KEY:?} nor {LEGACY_ATTACHMENTS_KEY:?}")]
-    GcWithoutAttachments,
     #[error("GC could not release every stale lease: {}", join_errors(.0))]
     Gc(Vec<StoreError>),
     #[error("no IP addresses available in range set {set}: {ranges}")]
@@ -102,7 +100,6 @@ impl Error {
             },
             Error::UnfulfilledRequest(_) => ErrorCode::InvalidNetworkConfig,
             Error::NotFound(_) => ErrorCode::Other(CODE_NO_RESERVATION),
-            Error::GcWithoutAttachments => ErrorCode::InvalidNetworkConfig,
             Error::Gc(_) => ErrorCode::Io,
             Error::Exhausted { .. } => ErrorCode::NotAvailable,
         }
@@ -145,26 +142,49 @@ mod tests {
                 .into(),
                 11,
             ),
-            (Error::Alloc { set: 0, source: AllocError::Exhausted("r".into()) }, 50),
+            (
+                Error::Alloc {
+                    set: 0,
+                    source: AllocError::Exhausted("r".into()),
+                },
+                50,
+            ),
             (
                 Error::Alloc {
                     set: 1,
-                    source: AllocError::RequestedTaken { ip, set: "r".into() },
+                    source: AllocError::RequestedTaken {
+                        ip,
+                        set: "r".into(),
+                    },
                 },
                 11,
             ),
             (
                 Error::Alloc {
                     set: 0,
-                    source: AllocError::Duplicate { ip, container_id: "c".into() },
+                    source: AllocError::Duplicate {
+                        ip,
+                        container_id: "c".into(),
+                    },
                 },
                 100,
             ),
-            (Error::Alloc { set: 0, source: AllocError::RequestedGateway(ip) }, 7),
+            (
+                Error::Alloc {
+                    set: 0,
+                    source: AllocError::RequestedGateway(ip),
+                },
+                7,
+            ),
             (Error::UnfulfilledRequest(vec![ip]), 7),
             (Error::NotFound("c".into()), 101),
-            (Error::GcWithoutAttachments, 7),
-            (Error::Exhausted { set: 0, ranges: "r".into() }, 50),
+            (
+                Error::Exhausted {
+                    set: 0,
+                    ranges: "r".into(),
+                },
+                50,
+            ),
         ];
         for (error, code) in cases {
             let cni = error.to_cni_error();

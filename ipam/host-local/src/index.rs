@@ -21,8 +21,9 @@
 //! and its addresses. A `stamp` file records what the store looked like
 //! when the index was last known to be complete (see below).
 //!
-//! The reference never trips over these files: it only looks at file
-//! contents (or, in its GC, at regular files whose name is an address);
+//! The reference never trips over these files: it walks the whole network
+//! directory, subdirectories included, but only compares file contents
+//! (and its newer GC only considers files whose name is an address);
 //! every file here starts with `#`, which no container ID can, so no
 //! content ever equals a lease's, and no name here parses as an address.
 //! Its layout stays exactly as it was; deleting this directory at any time
@@ -43,12 +44,12 @@
 //!
 //! What the index can miss are leases created by someone that does not
 //! know about it: the reference plugin during a migration or a roll-back,
-//! a restored backup, a crash of ours between a rename and the stamp. A
-//! miss matters (an unreleased lease leaks an address; a missed duplicate
-//! lets an attachment hold two), so the index is only trusted while the
-//! store has provably not been touched by anyone else since we last
-//! brought it up to date. At the end of every operation that changed
-//! anything, still under the lock, the stamp records:
+//! a restored backup, an administrator. A miss matters (an unreleased
+//! lease leaks an address; a missed duplicate lets an attachment hold two),
+//! so the index is only trusted while the store has provably not been
+//! touched by anyone else since we last brought it up to date. At the end
+//! of every operation that changed anything, still under the lock, the
+//! stamp records:
 //! - the network directory's device, inode, ctime and mtime (nanoseconds):
 //!   creating, removing or renaming any file in it changes them;
 //! - the same for the index directory, so entries lost or added behind our
@@ -71,6 +72,14 @@
 //! a coarse clock: the reference could only write back the same value by
 //! reserving the very address we reserved last, which would first have to
 //! be released.
+//!
+//! The stamp does not cover file contents. Two signs found while reading
+//! send an operation to the full read as well: an entry that does not
+//! parse (rewriting it would drop hints of live leases), and a hint whose
+//! lease names another holder (with the stamp current, only an in-place
+//! rewrite of a lease, which no plugin does, can cause that; the new
+//! holder's entry is then missing). An in-place rewrite that no hint leads
+//! to stays unseen until the next foreign change or GC.
 //!
 //! Operations that cannot use the index (it cannot be created, say on a
 //! read-only store) fall back to reading the directory, as the reference
@@ -351,7 +360,11 @@ mod tests {
         assert_eq!(entry_name(&att("abc", "eth0")), "abc:eth0");
         assert_eq!(entry_name(&LeaseOwner::Container("abc".into())), "abc:");
         // Holders read from foreign lease files may hold anything.
-        for odd in [att("../x", "eth0"), att("a", "b/c"), LeaseOwner::Container("a b\nc".into())] {
+        for odd in [
+            att("../x", "eth0"),
+            att("a", "b/c"),
+            LeaseOwner::Container("a b\nc".into()),
+        ] {
             let name = entry_name(&odd);
             assert!(name.starts_with('~') && name.len() == 65, "{name}");
         }
@@ -362,7 +375,9 @@ mod tests {
         let long = "a".repeat(250);
         assert!(entry_name(&att(&long, "eth0")).starts_with('~'));
         // No name is ever an address, so the reference's GC leaves them.
-        assert!(entry_name(&att("10.0.0.1", "eth0")).parse::<IpAddr>().is_err());
+        assert!(entry_name(&att("10.0.0.1", "eth0"))
+            .parse::<IpAddr>()
+            .is_err());
         assert!(entry_name(&LeaseOwner::Container("10.0.0.1".into()))
             .parse::<IpAddr>()
             .is_err());
@@ -418,7 +433,10 @@ mod tests {
         index.write_stamp(2).unwrap();
 
         fs::write(index.dir().join("abc:eth0"), "x").unwrap();
-        assert!(!index.is_current().unwrap(), "entry created behind our back");
+        assert!(
+            !index.is_current().unwrap(),
+            "entry created behind our back"
+        );
         index.write_stamp(2).unwrap();
 
         fs::write(store.path().join("last_reserved_ip.1"), "10.0.0.9").unwrap();
@@ -438,16 +456,23 @@ mod tests {
     fn rebuild_replaces_everything_but_the_stamp() {
         let store = tempfile::tempdir().unwrap();
         let index = Index::open(store.path()).unwrap();
-        index.set_entry(&att("old", "eth0"), &[ip("10.0.0.3")]).unwrap();
+        index
+            .set_entry(&att("old", "eth0"), &[ip("10.0.0.3")])
+            .unwrap();
         index.write_stamp(1).unwrap();
         let mut holdings = BTreeMap::new();
         holdings.insert(att("new", "eth0"), vec![ip("10.0.0.4")]);
         holdings.insert(LeaseOwner::Container("legacy".into()), vec![ip("10.0.0.5")]);
         index.rebuild(&holdings).unwrap();
-        assert_eq!(index.entry(&att("old", "eth0")).unwrap(), Vec::<IpAddr>::new());
+        assert_eq!(
+            index.entry(&att("old", "eth0")).unwrap(),
+            Vec::<IpAddr>::new()
+        );
         assert_eq!(index.entry(&att("new", "eth0")).unwrap(), [ip("10.0.0.4")]);
         assert_eq!(
-            index.entry(&LeaseOwner::Container("legacy".into())).unwrap(),
+            index
+                .entry(&LeaseOwner::Container("legacy".into()))
+                .unwrap(),
             [ip("10.0.0.5")]
         );
         let mut names: Vec<String> = fs::read_dir(index.dir())

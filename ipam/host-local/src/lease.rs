@@ -50,7 +50,9 @@ impl Attachment {
             return Err(AttachmentError::MissingContainerId);
         }
         if !is_valid_cni_name(container_id) {
-            return Err(AttachmentError::InvalidContainerId(container_id.to_string()));
+            return Err(AttachmentError::InvalidContainerId(
+                container_id.to_string(),
+            ));
         }
         if !is_valid_ifname(ifname) {
             return Err(AttachmentError::InvalidIfName(ifname.to_string()));
@@ -97,7 +99,10 @@ pub fn is_valid_ifname(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LeaseOwner {
     /// `<containerID>` + line break + `<ifname>`.
-    Attachment { container_id: String, ifname: String },
+    Attachment {
+        container_id: String,
+        ifname: String,
+    },
     /// The legacy form: the container ID alone.
     Container(String),
 }
@@ -181,9 +186,18 @@ mod tests {
         };
         assert_eq!(LeaseOwner::parse(b"abc\r\neth0"), Some(expected.clone()));
         assert_eq!(LeaseOwner::parse(b"abc\neth0"), Some(expected.clone()));
-        assert_eq!(LeaseOwner::parse(b"  abc\r\neth0\n\n"), Some(expected.clone()));
-        assert_eq!(LeaseOwner::parse(b"abc"), Some(LeaseOwner::Container("abc".into())));
-        assert_eq!(LeaseOwner::parse(b" abc \n"), Some(LeaseOwner::Container("abc".into())));
+        assert_eq!(
+            LeaseOwner::parse(b"  abc\r\neth0\n\n"),
+            Some(expected.clone())
+        );
+        assert_eq!(
+            LeaseOwner::parse(b"abc"),
+            Some(LeaseOwner::Container("abc".into()))
+        );
+        assert_eq!(
+            LeaseOwner::parse(b" abc \n"),
+            Some(LeaseOwner::Container("abc".into()))
+        );
         assert_eq!(LeaseOwner::parse(b""), None);
         assert_eq!(LeaseOwner::parse(b" \r\n\t"), None);
         assert!(expected.is_exactly(&att("abc", "eth0")));
@@ -205,16 +219,27 @@ mod tests {
 
     #[test]
     fn ids_that_leave_the_store_are_refused() {
-        for bad in ["..", ".", "../etc", "a/b", "/abs", ".hidden", "a b", "a:b", "a\0b"] {
+        for bad in [
+            "..", ".", "../etc", "a/b", "/abs", ".hidden", "a b", "a:b", "a\0b",
+        ] {
             assert!(
-                matches!(Attachment::new(bad, "eth0"), Err(AttachmentError::InvalidContainerId(_))),
+                matches!(
+                    Attachment::new(bad, "eth0"),
+                    Err(AttachmentError::InvalidContainerId(_))
+                ),
                 "{bad:?}"
             );
         }
-        assert_eq!(Attachment::new("  ", "eth0"), Err(AttachmentError::MissingContainerId));
+        assert_eq!(
+            Attachment::new("  ", "eth0"),
+            Err(AttachmentError::MissingContainerId)
+        );
         for bad in ["", ".", "..", "a/b", "eth:0", "eth 0", "abcdefghijklmnop"] {
             assert!(
-                matches!(Attachment::new("id", bad), Err(AttachmentError::InvalidIfName(_))),
+                matches!(
+                    Attachment::new("id", bad),
+                    Err(AttachmentError::InvalidIfName(_))
+                ),
                 "{bad:?}"
             );
         }

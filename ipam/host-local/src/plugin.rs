@@ -15,8 +15,9 @@
 //!   `cni.dev/attachments`); a legacy lease naming only a container is kept
 //!   while any valid attachment belongs to that container. `lock`,
 //!   `last_reserved_ip.*` and any file that is not a lease are left alone.
-//!   A configuration with neither key is refused rather than read as "keep
-//!   nothing".
+//!   A configuration with neither key releases nothing: runtimes that send
+//!   no list (the Go `cnitool gc`, which has already deleted the stale
+//!   attachments) must not lose every lease, and must not fail either.
 //! - STATUS fails with code 50 when a range set has no free address left,
 //!   since an ADD would then fail.
 
@@ -73,7 +74,10 @@ impl Plugin for HostLocal {
         let config = StoreConfig::from_value(args.conf.raw())?;
         let raw = args.conf.raw();
         if raw.get(VALID_ATTACHMENTS_KEY).is_none() && raw.get(LEGACY_ATTACHMENTS_KEY).is_none() {
-            return Err(Error::GcWithoutAttachments);
+            log::warn!(
+                "GC without {VALID_ATTACHMENTS_KEY:?} or {LEGACY_ATTACHMENTS_KEY:?}: nothing released"
+            );
+            return Ok(());
         }
         let valid: Vec<(&str, &str)> = args
             .conf
@@ -202,7 +206,10 @@ pub fn gc(config: &StoreConfig, valid: &[(&str, &str)]) -> Result<(), Error> {
     let Some(store) = open_existing(config)? else {
         return Ok(());
     };
-    let attachments: HashSet<(&str, &str)> = valid.iter().map(|(id, ifname)| (id.trim(), *ifname)).collect();
+    let attachments: HashSet<(&str, &str)> = valid
+        .iter()
+        .map(|(id, ifname)| (id.trim(), *ifname))
+        .collect();
     let containers: HashSet<&str> = attachments.iter().map(|(id, _)| *id).collect();
     let keep = |owner: &LeaseOwner| match owner {
         LeaseOwner::Attachment {
@@ -252,3 +259,6 @@ fn open_existing(config: &StoreConfig) -> Result<Option<Store>, Error> {
         config.lock_timeout,
     )?)
 }
+
+#[cfg(test)]
+mod tests;

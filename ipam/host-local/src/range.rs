@@ -78,7 +78,10 @@ pub struct Range {
     pub gateway: IpAddr,
 }
 
-fn parse_optional_ip(field: &'static str, value: &Option<String>) -> Result<Option<IpAddr>, RangeError> {
+fn parse_optional_ip(
+    field: &'static str,
+    value: &Option<String>,
+) -> Result<Option<IpAddr>, RangeError> {
     match value.as_deref() {
         None | Some("") => Ok(None),
         Some(s) => s
@@ -114,7 +117,10 @@ impl Range {
         if prefix > family.bits() - 2 {
             return Err(RangeError::TooSmall(format!("{}/{}", given.ip(), prefix)));
         }
-        let network = addr::from_u128(family, addr::to_u128(given.ip()) & addr::mask(family, prefix));
+        let network = addr::from_u128(
+            family,
+            addr::to_u128(given.ip()) & addr::mask(family, prefix),
+        );
         if network != given.ip() {
             return Err(RangeError::HostBitsSet { prefix, network });
         }
@@ -283,10 +289,22 @@ mod tests {
     #[test]
     fn too_small_networks_are_refused() {
         for (subnet, msg) in [
-            ("192.0.2.0/31", "Network 192.0.2.0/31 too small to allocate from"),
-            ("192.0.2.7/32", "Network 192.0.2.7/32 too small to allocate from"),
-            ("2001:db8::/127", "Network 2001:db8::/127 too small to allocate from"),
-            ("2001:db8::/128", "Network 2001:db8::/128 too small to allocate from"),
+            (
+                "192.0.2.0/31",
+                "Network 192.0.2.0/31 too small to allocate from",
+            ),
+            (
+                "192.0.2.7/32",
+                "Network 192.0.2.7/32 too small to allocate from",
+            ),
+            (
+                "2001:db8::/127",
+                "Network 2001:db8::/127 too small to allocate from",
+            ),
+            (
+                "2001:db8::/128",
+                "Network 2001:db8::/128 too small to allocate from",
+            ),
         ] {
             let e = Range::from_spec(&RangeSpec::new(subnet)).unwrap_err();
             assert_eq!(e.to_string(), msg);
@@ -298,30 +316,65 @@ mod tests {
     #[test]
     fn invalid_start_and_end_are_refused() {
         let e = Range::from_spec(&spec("192.0.2.0/24", Some("192.0.3.0"), None, None)).unwrap_err();
-        assert_eq!(e.to_string(), "RangeStart 192.0.3.0 not in network 192.0.2.0/24");
+        assert_eq!(
+            e.to_string(),
+            "RangeStart 192.0.3.0 not in network 192.0.2.0/24"
+        );
         let e = Range::from_spec(&spec("192.0.2.0/24", None, Some("192.0.4.0"), None)).unwrap_err();
-        assert_eq!(e.to_string(), "RangeEnd 192.0.4.0 not in network 192.0.2.0/24");
-        let e = Range::from_spec(&spec("192.0.2.0/24", Some("192.0.2.50"), Some("192.0.2.40"), None))
-            .unwrap_err();
-        assert_eq!(e.to_string(), "RangeStart 192.0.2.50 not in network 192.0.2.0/24");
+        assert_eq!(
+            e.to_string(),
+            "RangeEnd 192.0.4.0 not in network 192.0.2.0/24"
+        );
+        let e = Range::from_spec(&spec(
+            "192.0.2.0/24",
+            Some("192.0.2.50"),
+            Some("192.0.2.40"),
+            None,
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "RangeStart 192.0.2.50 not in network 192.0.2.0/24"
+        );
         // A start past the default end (the broadcast address).
-        let e = Range::from_spec(&spec("192.0.2.0/24", Some("192.0.2.255"), None, None)).unwrap_err();
-        assert_eq!(e, RangeError::StartAfterEnd { start: ip("192.0.2.255"), end: ip("192.0.2.254") });
+        let e =
+            Range::from_spec(&spec("192.0.2.0/24", Some("192.0.2.255"), None, None)).unwrap_err();
+        assert_eq!(
+            e,
+            RangeError::StartAfterEnd {
+                start: ip("192.0.2.255"),
+                end: ip("192.0.2.254")
+            }
+        );
         // Wrong family is "not in network".
-        let e = Range::from_spec(&spec("192.0.2.0/24", Some("2001:db8::1"), None, None)).unwrap_err();
+        let e =
+            Range::from_spec(&spec("192.0.2.0/24", Some("2001:db8::1"), None, None)).unwrap_err();
         assert!(matches!(e, RangeError::StartNotInNetwork { .. }));
     }
 
     #[test]
     fn malformed_fields_are_refused() {
-        assert_eq!(Range::from_spec(&RangeSpec::default()), Err(RangeError::MissingSubnet));
-        assert_eq!(Range::from_spec(&RangeSpec::new("")), Err(RangeError::MissingSubnet));
-        for bad in ["10.0.0.0", "10.0.0.0/33", "banana/24", "10.0.0/24", "::ffff:10.0.0.0/120"] {
+        assert_eq!(
+            Range::from_spec(&RangeSpec::default()),
+            Err(RangeError::MissingSubnet)
+        );
+        assert_eq!(
+            Range::from_spec(&RangeSpec::new("")),
+            Err(RangeError::MissingSubnet)
+        );
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "banana/24",
+            "10.0.0/24",
+            "::ffff:10.0.0.0/120",
+        ] {
             assert!(Range::from_spec(&RangeSpec::new(bad)).is_err(), "{bad}");
         }
         let e = Range::from_spec(&spec("10.0.0.0/24", Some("x"), None, None)).unwrap_err();
         assert_eq!(e.to_string(), "invalid rangeStart \"x\": not an IP address");
-        let e = Range::from_spec(&spec("10.0.0.0/24", None, None, Some("2001:db8::1"))).unwrap_err();
+        let e =
+            Range::from_spec(&spec("10.0.0.0/24", None, None, Some("2001:db8::1"))).unwrap_err();
         assert!(matches!(e, RangeError::GatewayFamily { .. }));
         // Empty strings mean "not given".
         let r = Range::from_spec(&spec("10.0.0.0/24", Some(""), Some(""), Some(""))).unwrap();
@@ -346,8 +399,13 @@ mod tests {
 
     #[test]
     fn start_may_be_the_network_address() {
-        let r = Range::from_spec(&spec("192.168.1.0/30", Some("192.168.1.0"), Some("192.168.1.3"), None))
-            .unwrap();
+        let r = Range::from_spec(&spec(
+            "192.168.1.0/30",
+            Some("192.168.1.0"),
+            Some("192.168.1.3"),
+            None,
+        ))
+        .unwrap();
         assert_eq!(r.range_start, ip("192.168.1.0"));
         assert_eq!(r.range_end, ip("192.168.1.3"));
     }
@@ -366,14 +424,22 @@ mod tests {
         assert!(r.contains(ip("192.0.2.40")));
         assert!(r.contains(ip("192.0.2.50")));
         assert!(!r.contains(ip("192.0.2.51")));
-        assert!(r.contains(ip("::ffff:192.0.2.45")), "mapped form is the IPv4 address");
+        assert!(
+            r.contains(ip("::ffff:192.0.2.45")),
+            "mapped form is the IPv4 address"
+        );
         assert!(!r.contains(ip("2001:db8::40")));
     }
 
     #[test]
     fn contains_v6() {
-        let r = Range::from_spec(&spec("2001:DB8:1::/64", Some("2001:db8:1::40"), Some("2001:db8:1::50"), None))
-            .unwrap();
+        let r = Range::from_spec(&spec(
+            "2001:DB8:1::/64",
+            Some("2001:db8:1::40"),
+            Some("2001:db8:1::50"),
+            None,
+        ))
+        .unwrap();
         assert!(!r.contains(ip("2001:db8:2::")));
         assert!(!r.contains(ip("2001:db8:1::39")));
         assert!(r.contains(ip("2001:db8:1::40")));

@@ -198,7 +198,9 @@ mod tests {
     }
 
     fn walk(s: &RangeSet, last: Option<&str>) -> Vec<String> {
-        s.iter_from(last.map(ip)).map(|(a, _)| a.to_string()).collect()
+        s.iter_from(last.map(ip))
+            .map(|(a, _)| a.to_string())
+            .collect()
     }
 
     #[test]
@@ -208,12 +210,18 @@ mod tests {
         assert_eq!(s.range_for(ip("192.168.0.55")), s.ranges().first());
         assert_eq!(s.range_for(ip("172.16.1.9")), s.ranges().get(1));
         assert_eq!(s.range_for(ip("192.168.99.99")), None);
-        assert_eq!(s.to_string(), "192.168.0.1-192.168.0.254,172.16.1.1-172.16.1.254");
+        assert_eq!(
+            s.to_string(),
+            "192.168.0.1-192.168.0.254,172.16.1.1-172.16.1.254"
+        );
     }
 
     #[test]
     fn overlaps_inside_a_set_are_refused() {
-        let specs = [RangeSpec::new("192.168.0.0/20"), RangeSpec::new("192.168.2.0/24")];
+        let specs = [
+            RangeSpec::new("192.168.0.0/20"),
+            RangeSpec::new("192.168.2.0/24"),
+        ];
         assert_eq!(
             RangeSet::from_specs(&specs).unwrap_err().to_string(),
             "subnets 192.168.0.1-192.168.15.254 and 192.168.2.1-192.168.2.254 overlap"
@@ -232,14 +240,29 @@ mod tests {
     #[test]
     fn empty_and_mixed_sets_are_refused() {
         assert_eq!(RangeSet::from_specs(&[]), Err(RangeSetError::Empty));
-        let specs = [RangeSpec::new("10.1.0.0/22"), RangeSpec::new("2001:db8:5::/64")];
-        assert_eq!(RangeSet::from_specs(&specs), Err(RangeSetError::MixedFamilies));
+        let specs = [
+            RangeSpec::new("10.1.0.0/22"),
+            RangeSpec::new("2001:db8:5::/64"),
+        ];
+        assert_eq!(
+            RangeSet::from_specs(&specs),
+            Err(RangeSetError::MixedFamilies)
+        );
     }
 
     #[test]
     fn walk_from_the_beginning_skips_gateway_and_broadcast() {
         let s = set(&["192.168.1.0/29"]);
-        assert_eq!(walk(&s, None), ["192.168.1.2", "192.168.1.3", "192.168.1.4", "192.168.1.5", "192.168.1.6"]);
+        assert_eq!(
+            walk(&s, None),
+            [
+                "192.168.1.2",
+                "192.168.1.3",
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6"
+            ]
+        );
     }
 
     #[test]
@@ -247,7 +270,13 @@ mod tests {
         let s = set(&["192.168.1.0/29"]);
         assert_eq!(
             walk(&s, Some("192.168.1.6")),
-            ["192.168.1.2", "192.168.1.3", "192.168.1.4", "192.168.1.5", "192.168.1.6"]
+            [
+                "192.168.1.2",
+                "192.168.1.3",
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6"
+            ]
         );
     }
 
@@ -256,15 +285,27 @@ mod tests {
         let s = set(&["192.168.1.0/29"]);
         assert_eq!(
             walk(&s, Some("192.168.1.3")),
-            ["192.168.1.4", "192.168.1.5", "192.168.1.6", "192.168.1.2", "192.168.1.3"]
+            [
+                "192.168.1.4",
+                "192.168.1.5",
+                "192.168.1.6",
+                "192.168.1.2",
+                "192.168.1.3"
+            ]
         );
     }
 
     #[test]
     fn last_reserved_outside_the_set_starts_at_the_beginning() {
         let s = set(&["10.0.0.0/29"]);
-        assert_eq!(walk(&s, Some("10.0.0.128")).first().map(String::as_str), Some("10.0.0.2"));
-        assert_eq!(walk(&s, Some("2001:db8::1")).first().map(String::as_str), Some("10.0.0.2"));
+        assert_eq!(
+            walk(&s, Some("10.0.0.128")).first().map(String::as_str),
+            Some("10.0.0.2")
+        );
+        assert_eq!(
+            walk(&s, Some("2001:db8::1")).first().map(String::as_str),
+            Some("10.0.0.2")
+        );
     }
 
     #[test]
@@ -273,7 +314,10 @@ mod tests {
         assert_eq!(walk(&s, None), ["10.0.0.2", "10.0.1.2"]);
         assert_eq!(walk(&s, Some("10.0.0.2")), ["10.0.1.2", "10.0.0.2"]);
         let s = set(&["10.0.0.0/30", "10.0.1.0/30", "10.0.2.0/30"]);
-        assert_eq!(walk(&s, Some("10.0.2.2")).first().map(String::as_str), Some("10.0.0.2"));
+        assert_eq!(
+            walk(&s, Some("10.0.2.2")).first().map(String::as_str),
+            Some("10.0.0.2")
+        );
     }
 
     #[test]
@@ -305,7 +349,10 @@ mod tests {
     #[test]
     fn walk_returns_the_range_of_each_address() {
         let s = set(&["10.0.0.0/30", "10.0.1.0/30"]);
-        let gateways: Vec<String> = s.iter_from(None).map(|(_, r)| r.gateway.to_string()).collect();
+        let gateways: Vec<String> = s
+            .iter_from(None)
+            .map(|(_, r)| r.gateway.to_string())
+            .collect();
         assert_eq!(gateways, ["10.0.0.1", "10.0.1.1"]);
     }
 

@@ -92,7 +92,11 @@ impl Store {
     /// Opens the directory of `network` under `data_dir`, creating it (mode
     /// 0755) as needed. The name is checked before any path is built from
     /// it.
-    pub fn open(data_dir: &Path, network: &str, lock_timeout: Duration) -> Result<Store, StoreError> {
+    pub fn open(
+        data_dir: &Path,
+        network: &str,
+        lock_timeout: Duration,
+    ) -> Result<Store, StoreError> {
         if !is_valid_cni_name(network) {
             return Err(StoreError::InvalidNetworkName(network.to_string()));
         }
@@ -142,6 +146,7 @@ impl Store {
             index: Index::open(&self.dir).ok(),
             range_sets,
             changed: false,
+            rebuilt: false,
             stats: StoreStats::default(),
             _lock: lock,
         };
@@ -173,7 +178,10 @@ impl Store {
             .take(MAX_LEASE_FILE)
             .read_to_string(&mut text)
             .ok()?;
-        text.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+        text.trim()
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| ip.to_canonical())
     }
 
     fn lease_path(&self, ip: IpAddr) -> PathBuf {
@@ -195,6 +203,8 @@ pub struct LockedStore<'a> {
     index: Option<Index>,
     range_sets: usize,
     changed: bool,
+    /// The index was rebuilt under this hold of the lock.
+    rebuilt: bool,
     stats: StoreStats,
     // Declared last: released after `Drop::drop` has written the stamp.
     _lock: StoreLock,
@@ -227,7 +237,12 @@ impl LockedStore<'_> {
     }
 
     /// Reserves `ip` for `attachment`. `Ok(false)` when someone holds it.
-    pub fn reserve(&mut self, attachment: &Attachment, ip: IpAddr, set_idx: usize) -> Result<bool, StoreError> {
+    pub fn reserve(
+        &mut self,
+        attachment: &Attachment,
+        ip: IpAddr,
+        set_idx: usize,
+    ) -> Result<bool, StoreError> {
         let path = self.store.lease_path(ip);
         // A cheap probe first, so a walk over taken addresses does not
         // rewrite the index for each of them.
@@ -286,8 +301,12 @@ impl LockedStore<'_> {
 
     /// True when `attachment` holds any address (CHECK).
     pub fn holds_any(&mut self, attachment: &Attachment) -> Result<bool, StoreError> {
-        Ok(!self.held_by(&LeaseOwner::for_attachment(attachment))?.is_empty()
-            || !self.held_by(&LeaseOwner::legacy_for(attachment))?.is_empty())
+        Ok(!self
+            .held_by(&LeaseOwner::for_attachment(attachment))?
+            .is_empty()
+            || !self
+                .held_by(&LeaseOwner::legacy_for(attachment))?
+                .is_empty())
     }
 
     /// Releases everything `attachment` holds; when it holds nothing under
@@ -307,7 +326,11 @@ impl LockedStore<'_> {
 
     /// Releases `ips` if `attachment` holds them: the undo of a failed ADD,
     /// which must not touch what the attachment held before.
-    pub fn release_ips(&mut self, attachment: &Attachment, ips: &[IpAddr]) -> Result<Vec<IpAddr>, StoreError> {
+    pub fn release_ips(
+        &mut self,
+        attachment: &Attachment,
+        ips: &[IpAddr],
+    ) -> Result<Vec<IpAddr>, StoreError> {
         let owner = LeaseOwner::for_attachment(attachment);
         let mut owned = Vec::new();
         for &ip in ips {
@@ -336,7 +359,9 @@ impl LockedStore<'_> {
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => report.errors.push(StoreError::io("remove lease file", &path)(e)),
+                    Err(e) => report
+                        .errors
+                        .push(StoreError::io("remove lease file", &path)(e)),
                 }
             } else {
                 report.kept += 1;
@@ -387,27 +412,50 @@ impl LockedStore<'_> {
         Ok(leases)
     }
 
+    /// What the index lists for `owner` (unverified); `None` when there is
+    /// no usable index. A damaged entry makes the whole index suspect, so it
+    /// is rebuilt first: overwriting it would drop hints of live leases.
+    fn listed(&mut self, owner: &LeaseOwner) -> Result<Option<Vec<IpAddr>>, StoreError> {
+        let damaged = match &self.index {
+            None => return Ok(None),
+            Some(index) => match index.entry(owner) {
+                Ok(ips) => return Ok(Some(ips)),
+                Err(_) => true,
+            },
+        };
+        if damaged {
+            self.rebuild_index()?;
+        }
+        // A successful rebuild rewrote or removed every entry.
+        Ok(self
+            .index
+            .as_ref()
+            .map(|index| index.entry(owner).unwrap_or_default()))
+    }
+
     /// The verified addresses of `owner`.
     fn held_by(&mut self, owner: &LeaseOwner) -> Result<Vec<IpAddr>, StoreError> {
-        let listed = match &self.index {
-            Some(index) => match index.entry(owner) {
-                Ok(ips) => ips,
-                Err(_) => {
-                    // A damaged entry makes the whole index suspect.
-                    self.rebuild_index()?;
-                    match &self.index {
-                        Some(index) => index.entry(owner).unwrap_or_default(),
-                        None => return self.held_by_scan(owner),
-                    }
-                }
-            },
-            None => return self.held_by_scan(owner),
+        let Some(listed) = self.listed(owner)? else {
+            return self.held_by_scan(owner);
         };
         let mut verified = Vec::new();
+        let mut changed_hands = false;
         for &ip in &listed {
-            if self.read_owner(ip)?.as_ref() == Some(owner) {
-                verified.push(ip);
+            match self.read_owner(ip)? {
+                Some(found) if found == *owner => verified.push(ip),
+                Some(_) => changed_hands = true,
+                // Gone: released elsewhere, or a crash before the lease
+                // was created.
+                None => {}
             }
+        }
+        if changed_hands && !self.rebuilt {
+            // The stamp rules out anyone else creating or removing files
+            // since the index was complete, so a lease naming another
+            // holder was rewritten in place (by hand, say): that holder's
+            // entry is missing too. Read everything once.
+            self.rebuild_index()?;
+            return self.held_by(owner);
         }
         if verified.len() != listed.len() {
             if let Some(index) = &self.index {
@@ -439,33 +487,42 @@ impl LockedStore<'_> {
     }
 
     /// Lists `ip` for `owner` ahead of creating its lease. `Ok(false)` when
-    /// there is no index to update.
+    /// nothing was added (no index, or already listed).
     fn add_hint(&mut self, owner: &LeaseOwner, ip: IpAddr) -> Result<bool, StoreError> {
-        let Some(index) = &self.index else {
+        let Some(mut ips) = self.listed(owner)? else {
             return Ok(false);
         };
-        let mut ips = index.entry(owner).unwrap_or_default();
         if ips.contains(&ip) {
             return Ok(false);
         }
         ips.push(ip);
+        let Some(index) = &self.index else {
+            return Ok(false);
+        };
         let result = index.set_entry(owner, &ips);
         self.changed = true;
         result.map_err(StoreError::io("update the lease index in", &self.store.dir))?;
         Ok(true)
     }
 
-    /// Drops `ips` from the entry of `owner`, best effort.
+    /// Drops `ips` from the entry of `owner`, best effort: a hint left
+    /// behind is verified before every use.
     fn remove_hints(&mut self, owner: &LeaseOwner, ips: &[IpAddr]) {
+        let Ok(Some(mut listed)) = self.listed(owner) else {
+            return;
+        };
+        listed.retain(|ip| !ips.contains(ip));
         if let Some(index) = &self.index {
-            let mut listed = index.entry(owner).unwrap_or_default();
-            listed.retain(|ip| !ips.contains(ip));
             let _ = index.set_entry(owner, &listed);
             self.changed = true;
         }
     }
 
-    fn remove_leases(&mut self, owner: &LeaseOwner, ips: &[IpAddr]) -> Result<Vec<IpAddr>, StoreError> {
+    fn remove_leases(
+        &mut self,
+        owner: &LeaseOwner,
+        ips: &[IpAddr],
+    ) -> Result<Vec<IpAddr>, StoreError> {
         let mut released = Vec::new();
         let mut first_error = None;
         for &ip in ips {
@@ -491,6 +548,7 @@ impl LockedStore<'_> {
     fn rebuild_index(&mut self) -> Result<(), StoreError> {
         let leases = self.scan()?;
         self.stats.index_rebuilds += 1;
+        self.rebuilt = true;
         let mut holdings: BTreeMap<LeaseOwner, Vec<IpAddr>> = BTreeMap::new();
         for lease in leases {
             if let Some(owner) = lease.owner {

@@ -117,12 +117,12 @@ fn cni_args_ip_without_and_with_prefix() {
 
 fn three_sets_with_args(ips: &[&str]) -> Value {
     json!({"cniVersion": "0.3.1", "name": "mynet",
-        "args": {"cni": {"ips": ips}},
-        "ipam": {"type": "host-local", "ranges": [
-            [{"subnet": "10.1.2.0/24", "rangeStart": "10.1.2.9", "rangeEnd": "10.1.2.20", "gateway": "10.1.2.30"}],
-            [{"subnet": "11.1.2.0/24", "rangeStart": "11.1.2.9", "rangeEnd": "11.1.2.20", "gateway": "11.1.2.30"}],
-            [{"subnet": "2001:db8:1::/64"}]
-        ]}})
+    "args": {"cni": {"ips": ips}},
+    "ipam": {"type": "host-local", "ranges": [
+        [{"subnet": "10.1.2.0/24", "rangeStart": "10.1.2.9", "rangeEnd": "10.1.2.20", "gateway": "10.1.2.30"}],
+        [{"subnet": "11.1.2.0/24", "rangeStart": "11.1.2.9", "rangeEnd": "11.1.2.20", "gateway": "11.1.2.30"}],
+        [{"subnet": "2001:db8:1::/64"}]
+    ]}})
 }
 
 #[test]
@@ -134,7 +134,12 @@ fn config_args_ips_follow_cni_args_without_prefix() {
     .unwrap();
     assert_eq!(
         c.requested_ips,
-        [ip("10.1.2.10"), ip("10.1.2.11"), ip("11.11.11.11"), ip("2001:db8:1::11")]
+        [
+            ip("10.1.2.10"),
+            ip("10.1.2.11"),
+            ip("11.11.11.11"),
+            ip("2001:db8:1::11")
+        ]
     );
 }
 
@@ -147,7 +152,12 @@ fn config_args_ips_follow_cni_args_with_prefix() {
     .unwrap();
     assert_eq!(
         c.requested_ips,
-        [ip("10.1.2.10"), ip("10.1.2.11"), ip("11.11.11.11"), ip("2001:db8:1::11")]
+        [
+            ip("10.1.2.10"),
+            ip("10.1.2.11"),
+            ip("11.11.11.11"),
+            ip("2001:db8:1::11")
+        ]
     );
 }
 
@@ -163,7 +173,12 @@ fn runtime_config_ips_come_last() {
     .unwrap();
     assert_eq!(
         c.requested_ips,
-        [ip("10.1.2.5"), ip("192.168.0.1"), ip("192.168.0.5"), ip("2001:db8::1")]
+        [
+            ip("10.1.2.5"),
+            ip("192.168.0.1"),
+            ip("192.168.0.5"),
+            ip("2001:db8::1")
+        ]
     );
 }
 
@@ -174,11 +189,17 @@ fn malformed_requested_ips_are_refused() {
     let mut conf = one_range_conf();
     conf["args"] = json!({"cni": {"ips": ["10.1.2.300"]}});
     let e = load(conf, None).unwrap_err();
-    assert_eq!(e.to_string(), "cannot understand ip: \"10.1.2.300\" (args.cni.ips)");
+    assert_eq!(
+        e.to_string(),
+        "cannot understand ip: \"10.1.2.300\" (args.cni.ips)"
+    );
     let mut conf = one_range_conf();
     conf["runtimeConfig"] = json!({"ips": ["nope/24"]});
     let e = load(conf, None).unwrap_err();
-    assert_eq!(e.to_string(), "cannot understand ip: \"nope/24\" (runtimeConfig.ips)");
+    assert_eq!(
+        e.to_string(),
+        "cannot understand ip: \"nope/24\" (runtimeConfig.ips)"
+    );
     let mut conf = one_range_conf();
     conf["args"] = json!({"cni": {"ips": "10.1.2.9"}});
     assert!(matches!(load(conf, None), Err(ConfigError::Decode(_))));
@@ -294,7 +315,11 @@ fn one_range_per_family_is_fine_for_0_2_0() {
 fn missing_ipam_and_missing_ranges() {
     let e = load(json!({"cniVersion": "0.3.1", "name": "mynet"}), None).unwrap_err();
     assert_eq!(e.to_string(), "IPAM config missing 'ipam' key");
-    let e = load(json!({"cniVersion": "0.3.1", "name": "mynet", "ipam": null}), None).unwrap_err();
+    let e = load(
+        json!({"cniVersion": "0.3.1", "name": "mynet", "ipam": null}),
+        None,
+    )
+    .unwrap_err();
     assert!(matches!(e, ConfigError::MissingIpam));
     let e = load(
         json!({"cniVersion": "0.3.1", "name": "mynet", "ipam": {"type": "host-local"}}),
