@@ -1,5 +1,6 @@
 //! Test support shared by the integration tests of every crate of the suite,
 //! and the building blocks of the conformance suite and benchmarks.
 
+pub mod bench;
 pub mod measure;
 pub mod testnet;

@@ -1,15 +1,15 @@
 //! `conformance`: checks and benchmarks for a directory of CNI plugins.
 //!
 //! `conformance bench` measures our plugins side by side with the reference
-//! plugins (Debian's containernetworking-plugins in /usr/lib/cni) and prints
-//! a table of our figure, the reference's and the ratio.
-
-mod bench;
+//! plugins (Debian's containernetworking-plugins in /usr/lib/cni), through
+//! the same runtime, and prints a table of our figure, the reference's and
+//! the ratio. Needs root: it works in network namespaces it creates.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use conformance::bench::{self, Row};
 
 #[derive(Parser)]
 #[command(
@@ -24,62 +24,122 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Benchmarks against the reference plugins, printed as a table.
-    Bench {
-        /// Directory holding our plugin binaries.
-        #[arg(long, default_value = "target/release")]
-        ours: PathBuf,
-        /// Directory holding the reference plugin binaries.
-        #[arg(long, default_value = "/usr/lib/cni")]
-        reference: PathBuf,
-        /// Rounds per measurement.
-        #[arg(long, default_value_t = 300)]
-        rounds: usize,
-        /// Plugins whose VERSION call is measured.
-        #[arg(long, value_delimiter = ',', default_value = "loopback,host-local")]
-        plugins: Vec<String>,
-        /// Where the raw figures are written as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Directory holding our plugin binaries.
+    #[arg(long, default_value = "target/release")]
+    ours: PathBuf,
+    /// Directory holding the reference plugin binaries.
+    #[arg(long, default_value = "/usr/lib/cni")]
+    reference: PathBuf,
+    /// Which benchmarks: version, host-local, chain, chain-portmap.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "version,host-local,chain"
+    )]
+    only: Vec<String>,
+    /// Rounds of the VERSION measurement.
+    #[arg(long, default_value_t = 300)]
+    version_rounds: usize,
+    /// Plugins whose VERSION call is measured.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "loopback,host-local,bridge"
+    )]
+    plugins: Vec<String>,
+    /// One-pod ADD+DEL rounds per side.
+    #[arg(long, default_value_t = 20)]
+    chain_rounds: usize,
+    /// Pods added one by one (then deleted) per side for the growth figures.
+    #[arg(long, default_value_t = 200)]
+    growth_pods: usize,
+    /// Leases in the full host-local store.
+    #[arg(long, default_value_t = 1000)]
+    leases: usize,
+    /// host-local ADD+DEL rounds per store state and side.
+    #[arg(long, default_value_t = 50)]
+    host_local_rounds: usize,
+    /// Where the raw figures are written as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Bench {
-            ours,
-            reference,
-            rounds,
-            plugins,
-            json,
-        } => {
-            let mut rows = Vec::new();
-            let mut raw = Vec::new();
-            for plugin in &plugins {
-                if !ours.join(plugin).exists() {
-                    eprintln!("skipping {plugin}: not built in {}", ours.display());
-                    continue;
-                }
-                match bench::version::measure(plugin, &ours, &reference, rounds) {
-                    Ok((figs, r)) => {
-                        raw.push(figs);
-                        rows.extend(r);
-                    }
-                    Err(e) => {
-                        eprintln!("bench failed: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
+        Cmd::Bench(args) => match run_bench(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench failed: {e}");
+                ExitCode::FAILURE
             }
-            print!("{}", bench::render_table(&rows));
-            if let Some(path) = json {
-                let doc = serde_json::json!({"version": raw, "rows": rows});
-                if let Err(e) = std::fs::write(&path, doc.to_string()) {
-                    eprintln!("cannot write {}: {e}", path.display());
-                    return ExitCode::FAILURE;
-                }
+        },
+    }
+}
+
+fn run_bench(a: &BenchArgs) -> Result<(), String> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut raw = serde_json::Map::new();
+    let wants = |name: &str| a.only.iter().any(|o| o == name);
+    if wants("version") {
+        let mut figs = Vec::new();
+        for plugin in &a.plugins {
+            if !a.ours.join(plugin).exists() {
+                eprintln!("skipping {plugin}: not built in {}", a.ours.display());
+                continue;
             }
-            ExitCode::SUCCESS
+            let (f, r) = bench::version::measure(plugin, &a.ours, &a.reference, a.version_rounds)
+                .map_err(|e| e.to_string())?;
+            figs.push(f);
+            rows.extend(r);
+        }
+        raw.insert(
+            "version".into(),
+            serde_json::to_value(figs).unwrap_or_default(),
+        );
+    }
+    if wants("host-local") {
+        let (f, r) =
+            bench::host_local::measure(&a.ours, &a.reference, a.leases, a.host_local_rounds)
+                .map_err(|e| e.to_string())?;
+        raw.insert(
+            "host_local".into(),
+            serde_json::to_value(f).unwrap_or_default(),
+        );
+        rows.extend(r);
+    }
+    for (name, portmap) in [("chain", false), ("chain-portmap", true)] {
+        if wants(name) {
+            let (f, r) = bench::chain::measure(
+                &a.ours,
+                &a.reference,
+                a.chain_rounds,
+                a.growth_pods,
+                portmap,
+            )
+            .map_err(|e| e.to_string())?;
+            raw.insert(
+                name.replace('-', "_"),
+                serde_json::to_value(f).unwrap_or_default(),
+            );
+            rows.extend(r);
         }
     }
+    println!("{}", bench::machine_line());
+    print!("{}", bench::render_table(&rows));
+    if let Some(path) = &a.json {
+        raw.insert(
+            "rows".into(),
+            serde_json::to_value(&rows).unwrap_or_default(),
+        );
+        raw.insert("machine".into(), bench::machine_line().into());
+        std::fs::write(path, serde_json::Value::Object(raw).to_string())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }

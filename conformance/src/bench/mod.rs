@@ -2,6 +2,8 @@
 //! one run. Candidates are alternated run by run so that drift of a shared
 //! machine (other load, CPU frequency) hits both sides alike.
 
+pub mod chain;
+pub mod host_local;
 pub mod version;
 
 use std::fmt::Write as _;
@@ -62,4 +64,20 @@ pub fn render_table(rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// When and where the figures were taken, for the README.
+pub fn machine_line() -> String {
+    let now = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!("measured {now} on Linux {kernel}, {cpus} CPUs")
 }

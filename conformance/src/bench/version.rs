@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::Row;
-use conformance::measure::{run_ok, summarize, MeasureError};
+use crate::measure::{run_ok, summarize, MeasureError};
 
 const VERSION_ENV: &[(&str, &str)] = &[("CNI_COMMAND", "VERSION")];
 const VERSION_STDIN: &[u8] = br#"{"cniVersion":"1.1.0"}"#;
