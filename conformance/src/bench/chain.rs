@@ -207,10 +207,12 @@ pub fn measure(
                     pods[i].push((pod, rt));
                 }
             }
-            for n in 0..growth_pods {
+            let [ours_pods, ref_pods] = &pods;
+            for (n, pair) in ours_pods.iter().zip(ref_pods.iter()).enumerate() {
+                let both = [pair.0, pair.1];
                 for k in 0..2 {
                     let i = (n + k) % 2;
-                    let (_, rt) = &pods[i][n];
+                    let (_, rt) = both[i];
                     figs.growth_del_ms[i].push(ms(nets[i].del(rt)?));
                 }
             }
