@@ -16,6 +16,7 @@ pub mod invoke;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod plugin_conf;
 pub mod runtime;
 pub mod skel;

@@ -1,1 +1,216 @@
 //! Masquerade rules for container addresses (iptables and nftables).
+//!
+//! Traffic from a container address to anything outside its subnet (and not
+//! multicast) leaves with the host's address. Both backends write exactly
+//! the rules, names and comments of the reference plugins, so a container
+//! added by the Go bridge is deleted by ours and the other way round.
+//!
+//! Every function works in the network namespace of the calling thread
+//! (the `iptables-*` programs it runs inherit it).
+
+mod iptables;
+pub mod names;
+mod nftables;
+
+use ipnetwork::IpNetwork;
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::plugin_conf::GcAttachment;
+
+pub use iptables::LOCK_WAIT_SECONDS;
+pub use libcni::nftables::NfTablesError;
+
+/// Where the rules go (`ipMasqBackend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasqBackend {
+    Iptables,
+    Nftables,
+}
+
+impl MasqBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MasqBackend::Iptables => "iptables",
+            MasqBackend::Nftables => "nftables",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IpMasqError {
+    #[error("unknown ipmasq backend {0:?}")]
+    UnknownBackend(String),
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("{program} failed ({status}): {stderr}")]
+    Command {
+        program: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{program}: the xtables lock is still held by another program after {seconds}s")]
+    XtablesLock { program: String, seconds: u32 },
+    #[error(transparent)]
+    NfTables(#[from] NfTablesError),
+    /// Teardown and GC go on after a failure; this holds all of them.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Multiple(Vec<IpMasqError>),
+}
+
+impl IpMasqError {
+    fn from_list(mut errors: Vec<IpMasqError>) -> Result<(), IpMasqError> {
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(IpMasqError::Multiple(errors)),
+        }
+    }
+
+    fn code(&self) -> ErrorCode {
+        match self {
+            IpMasqError::UnknownBackend(_) => ErrorCode::InvalidNetworkConfig,
+            IpMasqError::XtablesLock { .. } => ErrorCode::TryAgainLater,
+            IpMasqError::Multiple(errors) => errors
+                .first()
+                .map(IpMasqError::code)
+                .unwrap_or(ErrorCode::Internal),
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
+impl ToCniError for IpMasqError {
+    fn to_cni_error(&self) -> CniError {
+        CniError::new(self.code(), self.to_string())
+    }
+}
+
+/// The backend for `ipMasqBackend`: as named, or when absent iptables
+/// unless only nftables works here (as the reference decides). Absent, it
+/// runs `iptables-save -t nat` once to see whether iptables works.
+pub fn select_backend(conf: Option<&str>) -> Result<MasqBackend, IpMasqError> {
+    match conf {
+        Some("iptables") => Ok(MasqBackend::Iptables),
+        Some("nftables") => Ok(MasqBackend::Nftables),
+        Some(other) => Err(IpMasqError::UnknownBackend(other.to_string())),
+        None => {
+            if iptables_usable() || !nftables::usable() {
+                Ok(MasqBackend::Iptables)
+            } else {
+                Ok(MasqBackend::Nftables)
+            }
+        }
+    }
+}
+
+/// Checks a configured `ipMasqBackend` without probing the system.
+pub fn validate_backend(conf: Option<&str>) -> Result<(), IpMasqError> {
+    match conf {
+        None | Some("iptables") | Some("nftables") => Ok(()),
+        Some(other) => Err(IpMasqError::UnknownBackend(other.to_string())),
+    }
+}
+
+fn iptables_usable() -> bool {
+    iptables::Tools::v4().read_nat().is_ok()
+}
+
+/// Masquerades traffic from each of `ips` (address with prefix, as in a
+/// result) to anything outside its subnet. Adding the same attachment again
+/// leaves one set of rules.
+pub fn setup(
+    backend: MasqBackend,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+    ips: &[IpNetwork],
+) -> Result<(), IpMasqError> {
+    log::debug!(
+        "ipmasq setup ({}) for {container_id}/{ifname} on {network}: {ips:?}",
+        backend.as_str()
+    );
+    match backend {
+        // The iptables layout has no place for the interface name (as in
+        // the reference).
+        MasqBackend::Iptables => iptables::setup(network, container_id, ips),
+        MasqBackend::Nftables => Ok(nftables::setup(network, ifname, container_id, ips)?),
+    }
+}
+
+/// Removes what [`setup`] made with either backend (the attachment may come
+/// from another configuration or plugin version). Missing rules are fine;
+/// both backends are tried and every failure is reported.
+///
+/// `ips` are the attachment's addresses when known. Without them, the
+/// iptables chain of this network and container is still found by name and
+/// removed, with every jump to it.
+pub fn teardown(
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+    ips: &[IpNetwork],
+) -> Result<(), IpMasqError> {
+    let mut errors = Vec::new();
+    if let Err(e) = iptables::teardown(network, container_id, ips) {
+        errors.push(e);
+    }
+    if let Err(e) = nftables::teardown(network, ifname, container_id) {
+        // No nf_tables here: nothing of ours can be there either.
+        if nftables::usable() {
+            errors.push(e.into());
+        }
+    }
+    IpMasqError::from_list(errors)
+}
+
+/// Removes the masquerade rules of `network` whose attachment is not in
+/// `valid`, in both backends (iptables per container, since its rules do
+/// not name the interface).
+pub fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), IpMasqError> {
+    let mut errors = Vec::new();
+    if let Err(e) = iptables::gc(network, valid) {
+        errors.push(e);
+    }
+    if let Err(e) = nftables::gc(network, valid) {
+        if nftables::usable() {
+            errors.push(e.into());
+        }
+    }
+    IpMasqError::from_list(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names() {
+        assert_eq!(
+            select_backend(Some("iptables")).unwrap(),
+            MasqBackend::Iptables
+        );
+        assert_eq!(
+            select_backend(Some("nftables")).unwrap(),
+            MasqBackend::Nftables
+        );
+        let err = select_backend(Some("ebtables")).unwrap_err();
+        assert_eq!(err.to_string(), "unknown ipmasq backend \"ebtables\"");
+        assert_eq!(err.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        assert!(validate_backend(Some("")).is_err());
+        assert!(validate_backend(None).is_ok());
+    }
+
+    #[test]
+    fn lock_timeout_is_try_again_later() {
+        let err = IpMasqError::XtablesLock {
+            program: "iptables-restore".into(),
+            seconds: 10,
+        };
+        assert_eq!(err.to_cni_error().code, ErrorCode::TryAgainLater);
+        let both = IpMasqError::Multiple(vec![err, IpMasqError::UnknownBackend("x".into())]);
+        assert_eq!(both.to_cni_error().code, ErrorCode::TryAgainLater);
+        assert_eq!(both.to_string().lines().count(), 2);
+    }
+}
