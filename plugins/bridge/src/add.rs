@@ -1,0 +1,415 @@
+//! ADD: attach a container to the bridge.
+//!
+//! 1. Check everything that can be checked without changing the system:
+//!    the whole configuration, the result's expressibility in the
+//!    configuration's version, the container namespace, that `CNI_IFNAME`
+//!    is free there, and that a link named like the bridge is a bridge.
+//! 2. Ensure the bridge (shared, never rolled back).
+//! 3. Make the veth pair in one request, the container end born in the pod
+//!    namespace; attach the host end (hairpin, isolation, VLANs).
+//! 4. MAC spoof check, IPAM, container addresses and routes, gateway
+//!    addresses and forwarding, masquerade.
+//! 5. Wait for the bridge port to be up, and build the result: interfaces
+//!    bridge, host veth, container (then `<bridge>.<vlan>`), every IP on
+//!    interface 2.
+//!
+//! Each container-specific change of steps 3-4 is recorded in a
+//! [`Rollback`] and undone if a later step fails.
+//!
+//! Debug builds read `CNI_BRIDGE_DEBUG_POST_IPAM_ERROR`: when set, ADD fails
+//! with its value after all the work is done, so tests can check the
+//! rollback (the reference plugin's `debugPostIPAMError`). Release builds
+//! do not contain the hook.
+
+use std::thread;
+use std::time::Duration;
+
+use ipnetwork::IpNetwork;
+use libcni::invoke::{Delegator, Exec, InvokeError};
+use libcni::netlink::{format_mac, LinkInfo, OperState, RouteSocket};
+use libcni::netns::NetNs;
+use libcni::skel::CmdArgs;
+use libcni::sysctl;
+use libcni::types::v100;
+
+use crate::bridge_link::{self, Bridge, BridgeSpec};
+use crate::bridge_port::{set_port_options, PortOptions};
+use crate::config::BridgeConf;
+use crate::container::{self, InterfaceSysctls};
+use crate::error::BridgeError;
+use crate::gateway;
+use crate::rollback::{Rollback, Undo};
+use crate::rules::{AttachmentRules, Masquerade, SpoofCheck};
+use crate::veth::{self, Veth, VethSpec};
+use crate::vlan::{apply_port_vlans, NetlinkVlans, PortVlans};
+
+/// The reference's waits for the host veth to come up, in milliseconds.
+const PORT_UP_WAITS_MS: [u64; 5] = [0, 50, 500, 1000, 1000];
+
+#[cfg(debug_assertions)]
+pub const DEBUG_POST_IPAM_ERROR_ENV: &str = "CNI_BRIDGE_DEBUG_POST_IPAM_ERROR";
+
+pub fn open_netns(path: &str) -> Result<NetNs, BridgeError> {
+    NetNs::open(path).map_err(|source| BridgeError::NetNs {
+        path: path.to_string(),
+        source,
+    })
+}
+
+pub fn add<E: Exec>(
+    args: &CmdArgs,
+    ipam: &Delegator<E>,
+    rules: &dyn AttachmentRules,
+) -> Result<v100::Result, BridgeError> {
+    let conf = BridgeConf::from_conf(&args.conf, &args.args)?;
+    if !conf.result_expressible() {
+        return Err(BridgeError::ResultNotExpressible {
+            version: conf.version.to_string(),
+        });
+    }
+    let netns = open_netns(&args.netns)?;
+    let mut host = RouteSocket::open_current()?;
+    let mut container = RouteSocket::open_in(&netns)?;
+    if container.link_by_name(&args.ifname)?.is_some() {
+        return Err(BridgeError::ContainerInterfaceExists {
+            ifname: args.ifname.clone(),
+            netns: args.netns.clone(),
+        });
+    }
+    bridge_link::existing_bridge(&mut host, &conf.bridge)?;
+
+    let bridge = bridge_link::ensure_bridge(
+        &mut host,
+        &BridgeSpec {
+            name: &conf.bridge,
+            mtu: conf.mtu,
+            vlan_filtering: conf.vlan_filtering,
+            promisc: conf.promisc_mode,
+        },
+    )?;
+    let mut attach = Attach {
+        args,
+        conf: &conf,
+        ipam,
+        rules,
+        netns: &netns,
+        host,
+        container,
+        bridge,
+        rollback: Rollback::default(),
+    };
+    match attach.run() {
+        Ok(result) => Ok(result),
+        Err(error) => {
+            attach.undo_all();
+            Err(error)
+        }
+    }
+}
+
+/// One ADD in progress.
+struct Attach<'a, E: Exec> {
+    args: &'a CmdArgs,
+    conf: &'a BridgeConf,
+    ipam: &'a Delegator<E>,
+    rules: &'a dyn AttachmentRules,
+    netns: &'a NetNs,
+    host: RouteSocket,
+    container: RouteSocket,
+    bridge: Bridge,
+    rollback: Rollback,
+}
+
+impl<E: Exec> Attach<'_, E> {
+    fn ipam_type(&self) -> &str {
+        self.conf.ipam_type.as_deref().unwrap_or_default()
+    }
+
+    fn run(&mut self) -> Result<v100::Result, BridgeError> {
+        let veth = self.create_veth()?;
+        self.attach_host_end(&veth)?;
+        let container_mac = format_mac(&veth.container.mac);
+        if self.conf.mac_spoof_check {
+            self.rollback.push(Undo::TeardownSpoofCheck);
+            self.rules.setup_spoof_check(&SpoofCheck {
+                host_veth: &veth.host.name,
+                container_mac: &container_mac,
+                container_id: &self.args.container_id,
+                ifname: &self.args.ifname,
+            })?;
+        }
+
+        let mut result = v100::Result::new();
+        let mut vlan_gateway = None;
+        if self.conf.is_layer3() {
+            result = self.allocate()?;
+            let gateways = gateway::complete_result(
+                &mut result,
+                self.conf.is_gateway,
+                self.conf.is_default_gateway,
+            );
+            container::apply_sysctls(
+                self.netns,
+                InterfaceSysctls {
+                    ifname: &self.args.ifname,
+                    enable_dad: self.conf.enable_dad,
+                    has_ipv6: result.ips.iter().any(|ip| ip.address.is_ipv6()),
+                },
+            )?;
+            container::configure_addresses(
+                &mut self.container,
+                veth.container.index,
+                &self.args.ifname,
+                &result,
+            )?;
+            if self.conf.is_gateway && !gateways.is_empty() {
+                vlan_gateway = self.add_gateways(&gateways)?;
+                gateway::enable_forwarding(&gateways)?;
+            }
+            if self.conf.ip_masq {
+                let ips: Vec<IpNetwork> = result.ips.iter().map(|ip| ip.address).collect();
+                self.rollback
+                    .push(Undo::TeardownMasquerade { ips: ips.clone() });
+                self.rules.setup_masquerade(&self.masquerade(&ips))?;
+            }
+        } else if !self.conf.disable_container_interface {
+            self.container
+                .set_link_up(veth.container.index)
+                .map_err(|e| e.context(format!("failed to set {:?} up", self.args.ifname)))?;
+        }
+
+        let host_end = if self.conf.disable_container_interface {
+            // The container end stays down, so the port never comes up.
+            self.host.link_by_index(veth.host.index)?
+        } else {
+            Some(self.wait_port_up(&veth.host)?)
+        };
+        let host_mac = host_end.map_or_else(|| veth.host.mac.clone(), |l| l.mac);
+        let bridge_mac = match self.host.link_by_index(self.bridge.link.index)? {
+            Some(now) => now.mac,
+            None => self.bridge.link.mac.clone(),
+        };
+
+        #[cfg(debug_assertions)]
+        if let Some(message) = std::env::var_os(DEBUG_POST_IPAM_ERROR_ENV) {
+            return Err(BridgeError::Injected(
+                message.to_string_lossy().into_owned(),
+            ));
+        }
+
+        result.interfaces = vec![
+            v100::Interface {
+                name: self.bridge.link.name.clone(),
+                mac: format_mac(&bridge_mac),
+                ..v100::Interface::default()
+            },
+            v100::Interface {
+                name: veth.host.name.clone(),
+                mac: format_mac(&host_mac),
+                ..v100::Interface::default()
+            },
+            v100::Interface {
+                name: self.args.ifname.clone(),
+                mac: container_mac,
+                sandbox: self.args.netns.clone(),
+                ..v100::Interface::default()
+            },
+        ];
+        if let Some(link) = vlan_gateway {
+            result.interfaces.push(v100::Interface {
+                name: link.name,
+                mac: format_mac(&link.mac),
+                ..v100::Interface::default()
+            });
+        }
+        if let Some(dns) = &self.conf.dns {
+            result.dns = dns.clone();
+        }
+        Ok(result)
+    }
+
+    fn create_veth(&mut self) -> Result<Veth, BridgeError> {
+        let veth = veth::create(
+            &mut self.host,
+            &mut self.container,
+            &VethSpec {
+                container_ifname: &self.args.ifname,
+                container_netns: self.netns,
+                mtu: self.conf.mtu,
+                container_mac: self.conf.mac.as_ref().map(|m| m.as_slice()),
+            },
+        )?;
+        self.rollback.push(Undo::DeleteVeth {
+            host_index: veth.host.index,
+            host_name: veth.host.name.clone(),
+        });
+        Ok(veth)
+    }
+
+    /// Makes the host end a port of the bridge with the port options and
+    /// VLANs of the configuration, and sets it up.
+    fn attach_host_end(&mut self, veth: &Veth) -> Result<(), BridgeError> {
+        let name = &veth.host.name;
+        let bridge = &self.bridge.link.name;
+        // Routes on the host veth are the plugin's; best effort as in the
+        // reference.
+        if let Err(e) = sysctl::set(&format!("net/ipv6/conf/{name}/accept_ra"), "0") {
+            log::debug!("{e}");
+        }
+        self.host
+            .set_master(veth.host.index, Some(self.bridge.link.index))
+            .map_err(|e| e.context(format!("failed to connect {name:?} to bridge {bridge:?}")))?;
+        set_port_options(
+            &mut self.host,
+            veth.host.index,
+            PortOptions {
+                hairpin: self.conf.hairpin_mode,
+                isolated: self.conf.port_isolation,
+            },
+        )
+        .map_err(|e| e.context(format!("failed to set hairpin/isolation on {name:?}")))?;
+        let plan = PortVlans::plan(
+            self.conf.vlan,
+            &self.conf.vlan_trunk,
+            self.conf.preserve_default_vlan,
+        );
+        if !plan.is_empty() {
+            apply_port_vlans(
+                &mut NetlinkVlans::new(&mut self.host),
+                veth.host.index,
+                name,
+                &plan,
+            )?;
+        }
+        self.host
+            .set_link_up(veth.host.index)
+            .map_err(|e| e.context(format!("failed to set {name:?} up")))?;
+        Ok(())
+    }
+
+    /// IPAM ADD; the lease is released on rollback.
+    fn allocate(&mut self) -> Result<v100::Result, BridgeError> {
+        let plugin = self.ipam_type().to_string();
+        let allocated = self
+            .ipam
+            .add(&plugin, self.args.conf.bytes())
+            .map_err(|source| BridgeError::Ipam {
+                action: "IPAM ADD with",
+                plugin: plugin.clone(),
+                source,
+            })?;
+        self.rollback.push(Undo::ReleaseIpam);
+        let result = v100::Result::try_from(allocated).map_err(|e| BridgeError::Ipam {
+            action: "cannot convert the result of",
+            plugin,
+            source: InvokeError::Result(e),
+        })?;
+        if result.ips.is_empty() {
+            return Err(BridgeError::IpamNoIps);
+        }
+        Ok(result)
+    }
+
+    /// Puts the gateway addresses on the bridge, or on `<bridge>.<vlan>`
+    /// (returned, for the result) in a VLAN network.
+    fn add_gateways(
+        &mut self,
+        gateways: &gateway::Gateways,
+    ) -> Result<Option<LinkInfo>, BridgeError> {
+        let target = match self.conf.vlan_gateway_name() {
+            Some(name) => {
+                let plan = PortVlans::plan(self.conf.vlan, &[], self.conf.preserve_default_vlan);
+                // VLAN requests on a socket of their own: the gateway code
+                // uses the host socket for the links at the same time.
+                let mut vlan_socket = RouteSocket::open_current()?;
+                let mut vlans = NetlinkVlans::new(&mut vlan_socket);
+                Some(gateway::ensure_vlan_gateway(
+                    &mut self.host,
+                    &mut vlans,
+                    &self.bridge.link,
+                    &name,
+                    &plan,
+                )?)
+            }
+            None => None,
+        };
+        let link = target.clone().unwrap_or_else(|| self.bridge.link.clone());
+        for &gw in gateways.all() {
+            gateway::ensure_address(&mut self.host, &link, gw, self.conf.force_address)?;
+        }
+        if target.is_none() {
+            bridge_link::pin_mac(&mut self.host, &self.bridge)?;
+        }
+        Ok(target)
+    }
+
+    fn masquerade<'m>(&'m self, ips: &'m [IpNetwork]) -> Masquerade<'m> {
+        Masquerade {
+            backend: self.conf.masq_backend,
+            network: &self.conf.network,
+            container_id: &self.args.container_id,
+            ifname: &self.args.ifname,
+            ips,
+        }
+    }
+
+    /// The reference's wait for the bridge port to be operationally up.
+    fn wait_port_up(&mut self, host_end: &LinkInfo) -> Result<LinkInfo, BridgeError> {
+        let mut state = host_end.oper_state;
+        for wait in PORT_UP_WAITS_MS {
+            thread::sleep(Duration::from_millis(wait));
+            let Some(link) = self.host.link_by_index(host_end.index)? else {
+                return Err(BridgeError::PortNotUp(format!(
+                    "{:?} disappeared",
+                    host_end.name
+                )));
+            };
+            if link.oper_state == OperState::Up {
+                return Ok(link);
+            }
+            state = link.oper_state;
+        }
+        Err(BridgeError::PortNotUp(state.to_string().to_lowercase()))
+    }
+
+    /// Undoes the recorded changes; failures are logged, the error that
+    /// caused the rollback is what the caller reports.
+    fn undo_all(&mut self) {
+        let rollback = std::mem::take(&mut self.rollback);
+        let failures = rollback.unwind(|step| self.undo(step));
+        for (step, error) in failures {
+            log::warn!("rollback of {step:?} failed: {error}");
+        }
+    }
+
+    fn undo(&mut self, step: Undo) -> Result<(), BridgeError> {
+        log::debug!("rolling back {step:?}");
+        match step {
+            Undo::DeleteVeth {
+                host_index,
+                host_name,
+            } => match self.host.delete_link(host_index) {
+                Err(e) if !e.is_not_found() => {
+                    Err(e.context(format!("delete veth {host_name:?}")).into())
+                }
+                _ => Ok(()),
+            },
+            Undo::ReleaseIpam => {
+                let plugin = self.ipam_type().to_string();
+                self.ipam
+                    .del(&plugin, self.args.conf.bytes())
+                    .map_err(|source| BridgeError::Ipam {
+                        action: "IPAM DEL with",
+                        plugin,
+                        source,
+                    })
+            }
+            Undo::TeardownSpoofCheck => self
+                .rules
+                .teardown_spoof_check(&self.args.container_id, &self.args.ifname),
+            Undo::TeardownMasquerade { ips } => {
+                self.rules.teardown_masquerade(&self.masquerade(&ips))
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The plugin's errors and the spec codes they are reported with.
+//!
+//! - configuration problems: 7, or 2 for a value the plugin does not
+//!   support, 4 for `CNI_ARGS` ([`ConfigError`]);
+//! - a result the configuration's version cannot express: 1;
+//! - a container namespace that does not exist: 3; a path that is not a
+//!   namespace: 4;
+//! - the IPAM plugin's own error: the IPAM plugin's code;
+//! - everything the kernel or a firewall tool refused: 999, with a message
+//!   naming the operation and the interface.
+
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::invoke::InvokeError;
+use libcni::netlink::NetlinkError;
+use libcni::netns::NetNsError;
+use libcni::plugin_conf::ConfError;
+use libcni::sysctl::SysctlError;
+use libcni::types::ResultError;
+
+use crate::config::ConfigError;
+use crate::ipmasq::IpMasqError;
+use crate::spoofchk::SpoofCheckError;
+use crate::vlan::VlanError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    #[error("cannot convert: no valid IP addresses")]
+    ResultNotExpressible { version: String },
+    #[error("failed to open netns {path:?}: {source}")]
+    NetNs {
+        path: String,
+        #[source]
+        source: NetNsError,
+    },
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    #[error(transparent)]
+    Vlan(#[from] VlanError),
+    #[error("{0:?} already exists but is not a bridge")]
+    NotABridge(String),
+    #[error("container interface {ifname:?} already exists in netns {netns:?}")]
+    ContainerInterfaceExists { ifname: String, netns: String },
+    #[error("could not find a free host veth name after {0} attempts")]
+    VethNamesExhausted(usize),
+    #[error("failed to read random bytes for the host veth name: {0}")]
+    Random(#[source] std::io::Error),
+    #[error("{action} {plugin:?}: {source}")]
+    Ipam {
+        action: &'static str,
+        plugin: String,
+        #[source]
+        source: InvokeError,
+    },
+    #[error("IPAM plugin returned missing IP config")]
+    IpamNoIps,
+    #[error("{0:?} already has an IP address different from {1}")]
+    AddressConflict(String, String),
+    #[error("bridge port in error state: {0}")]
+    PortNotUp(String),
+    #[error("IPv6 duplicate address detection failed for {address} on {ifname:?}")]
+    DadFailed { address: String, ifname: String },
+    #[error("IPv6 addresses on {ifname:?} still tentative after {seconds} s")]
+    DadTimeout { ifname: String, seconds: u64 },
+    #[error(transparent)]
+    Masquerade(#[from] IpMasqError),
+    #[error(transparent)]
+    SpoofCheck(#[from] SpoofCheckError),
+    #[error("failed to convert prevResult: {0}")]
+    PrevResult(#[source] ResultError),
+    #[error("{0}")]
+    Check(String),
+    #[error("{0}")]
+    Injected(String),
+    #[error("{}", join(.0))]
+    Several(Vec<BridgeError>),
+}
+
+fn join(errors: &[BridgeError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl BridgeError {
+    /// One error from many (DEL and GC go on after a failure); `None` when
+    /// there were none.
+    pub fn from_many(mut errors: Vec<BridgeError>) -> Option<BridgeError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(BridgeError::Several(errors)),
+        }
+    }
+}
+
+impl ToCniError for BridgeError {
+    fn to_cni_error(&self) -> CniError {
+        match self {
+            BridgeError::Config(e) => e.to_cni_error(),
+            BridgeError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            // An xtables lock held too long is "try again later".
+            BridgeError::Masquerade(e) => e.to_cni_error(),
+            BridgeError::SpoofCheck(e) => e.to_cni_error(),
+            BridgeError::Conf(e) => e.to_cni_error(),
+            BridgeError::ResultNotExpressible { version } => {
+                CniError::new(ErrorCode::IncompatibleVersion, self.to_string()).with_details(
+                    format!(
+                        "a result without IP addresses (no \"ipam\") has no CNI {version} form"
+                    ),
+                )
+            }
+            BridgeError::NetNs { source, .. } => {
+                let code = match source {
+                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+                    _ => ErrorCode::Internal,
+                };
+                CniError::new(code, self.to_string())
+            }
+            // The delegate's own error object, code and all, when it
+            // printed one.
+            BridgeError::Ipam { source, .. } => match source.plugin_error() {
+                Some(e) => e.clone(),
+                None => CniError::new(source.to_cni_error().code, self.to_string()),
+            },
+            // The first failure decides the code; the message lists all.
+            BridgeError::Several(errors) => {
+                let code = errors
+                    .first()
+                    .map(|e| e.to_cni_error().code)
+                    .unwrap_or(ErrorCode::Internal);
+                CniError::new(code, self.to_string())
+            }
+            _ => CniError::new(ErrorCode::Internal, self.to_string()),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Undoing a failed ADD: every change ADD makes that is specific to the
+//! container is recorded as it happens, and undone in reverse order when a
+//! later step fails, so a failed ADD leaves nothing behind (its IP lease
+//! included).
+//!
+//! Shared state is not undone: the bridge, its gateway addresses and MAC,
+//! forwarding sysctls and the `<bridge>.<vlan>` interface serve every
+//! container of the network, and a concurrent ADD may already rely on them.
+
+use ipnetwork::IpNetwork;
+
+/// One change to take back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    /// Deleting the host end removes the container end too.
+    DeleteVeth {
+        host_index: u32,
+        host_name: String,
+    },
+    /// IPAM DEL for the lease IPAM ADD made.
+    ReleaseIpam,
+    TeardownSpoofCheck,
+    TeardownMasquerade {
+        ips: Vec<IpNetwork>,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct Rollback {
+    steps: Vec<Undo>,
+}
+
+impl Rollback {
+    pub fn push(&mut self, step: Undo) {
+        self.steps.push(step);
+    }
+
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Runs every step, last first, going on after failures; returns the
+    /// failures (the caller reports the error that caused the rollback).
+    pub fn unwind<E>(self, mut undo: impl FnMut(Undo) -> Result<(), E>) -> Vec<(Undo, E)> {
+        let mut failures = Vec::new();
+        for step in self.steps.into_iter().rev() {
+            if let Err(e) = undo(step.clone()) {
+                failures.push((step, e));
+            }
+        }
+        failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_undone_last_first_and_failures_do_not_stop_it() {
+        let mut rollback = Rollback::default();
+        assert!(rollback.is_empty());
+        rollback.push(Undo::DeleteVeth {
+            host_index: 4,
+            host_name: "veth00000001".into(),
+        });
+        rollback.push(Undo::TeardownSpoofCheck);
+        rollback.push(Undo::ReleaseIpam);
+        rollback.push(Undo::TeardownMasquerade { ips: vec![] });
+        assert_eq!(rollback.len(), 4);
+        let mut seen = Vec::new();
+        let failures = rollback.unwind(|step| {
+            seen.push(step.clone());
+            match step {
+                Undo::ReleaseIpam => Err("ipam down"),
+                _ => Ok(()),
+            }
+        });
+        assert_eq!(
+            seen,
+            vec![
+                Undo::TeardownMasquerade { ips: vec![] },
+                Undo::ReleaseIpam,
+                Undo::TeardownSpoofCheck,
+                Undo::DeleteVeth {
+                    host_index: 4,
+                    host_name: "veth00000001".into()
+                },
+            ]
+        );
+        assert_eq!(failures, vec![(Undo::ReleaseIpam, "ipam down")]);
+    }
+}
