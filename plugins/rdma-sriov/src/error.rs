@@ -1,0 +1,170 @@
+//! The plugin's errors and their spec codes.
+
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::invoke::InvokeError;
+use libcni::netlink::NetlinkError;
+use libcni::netns::NetNsError;
+use libcni::plugin_conf::ConfError;
+use libcni::types::ResultError;
+
+use crate::alloc::AllocError;
+use crate::config::ConfigError;
+use crate::netdev::NetdevError;
+use crate::pf::PfError;
+use crate::rdma::RdmaError;
+use crate::state::StateError;
+use crate::sysfs::SysfsError;
+use crate::verbs::VerbsError;
+
+/// What to do about an RDMA subsystem in shared mode; part of every error
+/// that reports it.
+pub const SHARED_MODE_FIX: &str = "run `rdma system set netns exclusive` (accepted only while no network namespace other than the initial one exists), or load ib_core with netns_mode=0 at boot (`options ib_core netns_mode=0` in /etc/modprobe.d/), or set \"allowSharedRdmaNetns\": true in the network configuration to let pods share RDMA devices";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    #[error(transparent)]
+    NetNs(#[from] NetNsError),
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Pf(#[from] PfError),
+    #[error(transparent)]
+    Rdma(#[from] RdmaError),
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    #[error(transparent)]
+    Netdev(#[from] NetdevError),
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error(transparent)]
+    Ipam(#[from] InvokeError),
+    #[error("IPAM result: {0}")]
+    IpamResult(#[from] ResultError),
+    #[error("IPAM plugin returned missing IP config")]
+    IpamNoIps,
+    #[error("RDMA subsystem namespace awareness mode is set to shared, expecting it to be set to exclusive: {SHARED_MODE_FIX}")]
+    SharedMode,
+    #[error("cannot move RDMA device {device} into the pod netns: its driver {driver} cannot change network namespace (EOPNOTSUPP: the kernel moves only devices whose driver can disassociate user contexts, such as mlx5; soft-RoCE rdma_rxe and siw cannot). Use a hardware RDMA device, or run the RDMA subsystem in shared mode with \"allowSharedRdmaNetns\": true")]
+    RdmaMoveUnsupported { device: String, driver: String },
+    #[error("failed to move RDMA device {device} to namespace {netns}: {source}")]
+    RdmaMove {
+        device: String,
+        netns: String,
+        source: RdmaError,
+    },
+    #[error("no RDMA device found for VF {pci} (netdev {netdev:?}): sysfs lists none under the PCI device and RDMA netlink shows none bound to the netdev")]
+    NoRdmaDevice { pci: String, netdev: String },
+    #[error("VF {pci} belongs to PF {actual:?}, not to the configured pf {expected:?}")]
+    WrongPf {
+        pci: String,
+        actual: String,
+        expected: String,
+    },
+    #[error("no free VF on PF {pf:?}")]
+    NoFreeVf { pf: String },
+    #[error("PF {pf:?} did not take MAC {mac} for VF {vf}: it reports {reported}")]
+    MacNotApplied {
+        pf: String,
+        vf: u32,
+        mac: String,
+        reported: String,
+    },
+    #[error(
+        "attachment {container_id}/{ifname} of network {network:?} already exists; DEL it first"
+    )]
+    AttachmentExists {
+        network: String,
+        container_id: String,
+        ifname: String,
+    },
+    #[error("{0}")]
+    Check(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("cleanup incomplete: {}", .0.join("; "))]
+    Teardown(Vec<String>),
+    #[error("{error}; undoing the partial ADD also failed: {}", .problems.join("; "))]
+    RollbackFailed {
+        error: Box<PluginError>,
+        problems: Vec<String>,
+    },
+}
+
+impl ToCniError for PluginError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            PluginError::Config(e) => return e.to_cni_error(),
+            PluginError::Conf(e) => return e.to_cni_error(),
+            PluginError::Ipam(e) => return e.to_cni_error(),
+            PluginError::RollbackFailed { error, .. } => {
+                let inner = error.to_cni_error();
+                return CniError::new(inner.code, self.to_string());
+            }
+            PluginError::NetNs(NetNsError::NotExist { .. }) => ErrorCode::UnknownContainer,
+            PluginError::NetNs(NetNsError::NotNetNs { .. }) => ErrorCode::InvalidEnvironment,
+            PluginError::Alloc(AllocError::LockTimeout { .. }) => ErrorCode::TryAgainLater,
+            PluginError::Rdma(RdmaError::Unavailable { .. })
+            | PluginError::SharedMode
+            | PluginError::NoFreeVf { .. }
+            | PluginError::Unavailable(_) => ErrorCode::NotAvailable,
+            PluginError::WrongPf { .. } => ErrorCode::InvalidNetworkConfig,
+            _ => ErrorCode::Internal,
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    #[test]
+    fn codes() {
+        let code = |e: PluginError| e.to_cni_error().code.as_u32();
+        assert_eq!(code(PluginError::SharedMode), 50);
+        assert_eq!(
+            code(PluginError::Rdma(RdmaError::Unavailable {
+                reason: "x".into()
+            })),
+            50
+        );
+        assert_eq!(
+            code(PluginError::Alloc(AllocError::LockTimeout {
+                path: PathBuf::from("/x"),
+                waited: Duration::from_secs(1)
+            })),
+            11
+        );
+        assert_eq!(code(PluginError::Config(ConfigError::NoDevice)), 7);
+        assert_eq!(code(PluginError::IpamNoIps), 999);
+        let wrapped = PluginError::RollbackFailed {
+            error: Box::new(PluginError::SharedMode),
+            problems: vec!["a".into()],
+        };
+        let e = wrapped.to_cni_error();
+        assert_eq!(e.code.as_u32(), 50);
+        assert!(
+            e.msg.ends_with("undoing the partial ADD also failed: a"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn shared_mode_message_names_the_fixes() {
+        let msg = PluginError::SharedMode.to_string();
+        assert!(msg.contains("rdma system set netns exclusive"), "{msg}");
+        assert!(msg.contains("netns_mode=0"), "{msg}");
+        assert!(msg.contains("allowSharedRdmaNetns"), "{msg}");
+    }
+}
