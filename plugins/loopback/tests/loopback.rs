@@ -120,7 +120,8 @@ fn run(program: &str, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Outc
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // VERSION never reads stdin: a plugin that exits first closes the pipe.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
     let out = child.wait_with_output().unwrap();
     Outcome {
         code: out.status.code().expect("exited, not killed"),

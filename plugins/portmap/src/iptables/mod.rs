@@ -1,0 +1,484 @@
+//! The iptables backend: one `iptables-save -t nat` to learn the state and
+//! one `iptables-restore --noflush` to apply a whole change, per family,
+//! under the host-wide portmap lock.
+//!
+//! The reference runs a process per check and per rule (about 24 for a
+//! DEL); here an ADD or DEL costs at most two processes per family, and a
+//! DEL that finds nothing to remove costs one.
+
+pub mod exec;
+pub mod rules;
+pub mod save;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+
+use crate::config::{ContainerIps, PortMapConf};
+use crate::lock::{HostLock, LockError};
+use crate::Family;
+use exec::{ExecError, Tools};
+use rules::{
+    dnat_chain_name, dnat_chain_rules, dnat_entry_jump, dnat_entry_rules, mark_masq_rule,
+    masq_entry_jump, old_snat_chain_name, parse_dnat_comment, set_mark_rule, DNAT_ENTRY_CHAINS,
+    MARK_MASQ_CHAIN, MASQ_ENTRY_CHAIN, SET_MARK_CHAIN, TOP_LEVEL_DNAT_CHAIN,
+};
+use save::{join_args, option_value, NatTable, SaveParseError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IptablesError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error("cannot read iptables-save output: {0}")]
+    Parse(#[from] SaveParseError),
+    #[error("neither iptables nor ip6tables is usable, (iptables) {v4}, (ip6tables) {v6}")]
+    NeitherUsable {
+        v4: Box<IptablesError>,
+        v6: Box<IptablesError>,
+    },
+    #[error("{0}")]
+    Check(String),
+    #[error("invalid {key}: {reason}")]
+    InvalidCondition { key: &'static str, reason: String },
+}
+
+impl IptablesError {
+    /// Worth retrying: the portmap or the xtables lock stayed taken.
+    pub fn is_try_again(&self) -> bool {
+        match self {
+            IptablesError::Lock(LockError::Timeout { .. }) => true,
+            IptablesError::Exec(e) => e.is_lock_timeout(),
+            _ => false,
+        }
+    }
+
+    /// A configuration problem rather than a host problem.
+    pub fn is_config(&self) -> bool {
+        matches!(self, IptablesError::InvalidCondition { .. })
+    }
+}
+
+/// The iptables backend, holding the host lock for its whole life.
+#[derive(Debug)]
+pub struct IptablesMapper {
+    _lock: HostLock,
+    /// The IPv4 table read by [`IptablesMapper::probe`], still current
+    /// because the lock is held and nothing was written since.
+    probed_v4: Option<NatTable>,
+}
+
+impl IptablesMapper {
+    /// Takes the host lock.
+    pub fn open() -> Result<IptablesMapper, IptablesError> {
+        Ok(IptablesMapper {
+            _lock: HostLock::acquire_default()?,
+            probed_v4: None,
+        })
+    }
+
+    /// Whether iptables works here: reads the IPv4 `nat` table (kept for
+    /// the next operation, so auto-detection costs no extra process).
+    pub fn probe(&mut self) -> Result<(), IptablesError> {
+        let table = read_table(Family::V4)?;
+        self.probed_v4 = Some(table);
+        Ok(())
+    }
+
+    fn table(&mut self, family: Family) -> Result<NatTable, IptablesError> {
+        if family == Family::V4 {
+            if let Some(table) = self.probed_v4.take() {
+                return Ok(table);
+            }
+        }
+        read_table(family)
+    }
+
+    /// Sets up the container's port forwarding for each of its families.
+    pub fn forward(
+        &mut self,
+        conf: &PortMapConf,
+        container_id: &str,
+        ips: &ContainerIps,
+    ) -> Result<(), IptablesError> {
+        for (family, ip) in ips.iter() {
+            validate_conditions(conf, family)?;
+            let table = self.table(family)?;
+            let input = add_input(conf, container_id, ip, &table);
+            log::debug!("{family} iptables-restore input:\n{input}");
+            Tools::of(family).restore(&input)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the container's chains and every reference to them, in
+    /// both families (the addresses are not known at DEL). A family whose
+    /// iptables does not work is skipped, unless neither works.
+    pub fn unforward(&mut self, network: &str, container_id: &str) -> Result<(), IptablesError> {
+        let chains = [
+            dnat_chain_name(network, container_id),
+            old_snat_chain_name(network, container_id),
+        ];
+        self.remove_chains_everywhere(&chains.each_ref().map(String::as_str))
+    }
+
+    /// Removes the chains of this network's containers that are not in
+    /// `valid`. A container is known by the comment of its entry rules,
+    /// which names network and ID; chains without one are left alone.
+    pub fn gc(&mut self, network: &str, valid: &BTreeSet<String>) -> Result<(), IptablesError> {
+        let mut failures = Vec::new();
+        for family in Family::ALL {
+            let table = match self.table(family) {
+                Ok(table) => table,
+                Err(e) => {
+                    failures.push(e);
+                    continue;
+                }
+            };
+            let stale: BTreeSet<String> = table
+                .rules_in(TOP_LEVEL_DNAT_CHAIN)
+                .filter_map(|rule| {
+                    let (net, id) = parse_dnat_comment(rule.option("--comment")?)?;
+                    let chain = dnat_chain_name(net, id);
+                    (net == network && !valid.contains(id) && rule.target() == Some(&chain))
+                        .then_some(chain)
+                })
+                .collect();
+            let stale: Vec<&str> = stale.iter().map(String::as_str).collect();
+            if let Some(input) = delete_input(&table, &stale) {
+                log::debug!("{family} iptables-restore input:\n{input}");
+                Tools::of(family).restore(&input)?;
+            }
+        }
+        neither_usable(failures)
+    }
+
+    /// Verifies that the container's rules are in place, per family.
+    pub fn check(
+        &mut self,
+        conf: &PortMapConf,
+        container_id: &str,
+        ips: &ContainerIps,
+    ) -> Result<(), IptablesError> {
+        for (family, ip) in ips.iter() {
+            let table = self.table(family)?;
+            check_table(conf, container_id, ip, &table)
+                .map_err(|e| IptablesError::Check(format!("could not check {family} dnat: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn remove_chains_everywhere(&mut self, chains: &[&str]) -> Result<(), IptablesError> {
+        let mut failures = Vec::new();
+        for family in Family::ALL {
+            let table = match self.table(family) {
+                Ok(table) => table,
+                Err(e) => {
+                    log::debug!("{family} iptables not usable: {e}");
+                    failures.push(e);
+                    continue;
+                }
+            };
+            if let Some(input) = delete_input(&table, chains) {
+                log::debug!("{family} iptables-restore input:\n{input}");
+                Tools::of(family).restore(&input)?;
+            }
+        }
+        neither_usable(failures)
+    }
+}
+
+/// The error when both families failed to read; one failing family is
+/// normal (a host without IPv6 iptables).
+fn neither_usable(mut failures: Vec<IptablesError>) -> Result<(), IptablesError> {
+    if failures.len() < 2 {
+        return Ok(());
+    }
+    let v6 = failures.pop();
+    let v4 = failures.pop();
+    match (v4, v6) {
+        (Some(v4), Some(v6)) => Err(IptablesError::NeitherUsable {
+            v4: Box::new(v4),
+            v6: Box::new(v6),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether iptables works on this host (reads the IPv4 `nat` table;
+/// takes no lock, as it changes nothing).
+pub fn probe_host() -> Result<(), IptablesError> {
+    read_table(Family::V4).map(|_| ())
+}
+
+fn read_table(family: Family) -> Result<NatTable, IptablesError> {
+    let text = Tools::of(family).save_nat()?;
+    Ok(NatTable::parse(&text)?)
+}
+
+/// Conditions become arguments of restore lines: a line break inside one
+/// would start a new command.
+fn validate_conditions(conf: &PortMapConf, family: Family) -> Result<(), IptablesError> {
+    let key = match family {
+        Family::V4 => "conditionsV4",
+        Family::V6 => "conditionsV6",
+    };
+    if conf
+        .conditions(family)
+        .iter()
+        .any(|c| c.contains(['\n', '\r', '\0']))
+    {
+        return Err(IptablesError::InvalidCondition {
+            key,
+            reason: "a condition contains a line break or NUL".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Restore input for one table, built in the order restore needs: chain
+/// declarations first, then rule commands.
+#[derive(Debug, Default)]
+struct RestoreInput {
+    chains: Vec<String>,
+    commands: Vec<String>,
+}
+
+impl RestoreInput {
+    /// `:<chain> - [0:0]`: creates the chain, or flushes it if it exists.
+    fn declare(&mut self, chain: &str) {
+        self.chains.push(format!(":{chain} - [0:0]"));
+    }
+
+    fn append(&mut self, chain: &str, args: &[String]) {
+        self.commands
+            .push(format!("-A {chain} {}", join_args(args)));
+    }
+
+    fn render(self) -> String {
+        let mut out = String::from("*nat\n");
+        for line in self.chains.into_iter().chain(self.commands) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+}
+
+/// The change an ADD makes to `table`: shared chains and jumps where they
+/// are missing, the container chain replaced whole, and its entry rules
+/// replaced.
+fn add_input(
+    conf: &PortMapConf,
+    container_id: &str,
+    container: IpNetwork,
+    table: &NatTable,
+) -> String {
+    let family = Family::of(container.ip());
+    let chain = dnat_chain_name(&conf.network, container_id);
+    let mut input = RestoreInput::default();
+
+    if conf.snat && conf.external_set_mark_chain.is_none() {
+        let mark = conf.mark_value();
+        if !table.has_chain(SET_MARK_CHAIN) {
+            input.declare(SET_MARK_CHAIN);
+        }
+        if !table.has_rule(SET_MARK_CHAIN, &set_mark_rule(mark)) {
+            input.append(SET_MARK_CHAIN, &set_mark_rule(mark));
+        }
+        if !table.has_chain(MARK_MASQ_CHAIN) {
+            input.declare(MARK_MASQ_CHAIN);
+        }
+        if !table.has_rule(MARK_MASQ_CHAIN, &mark_masq_rule(mark)) {
+            input.append(MARK_MASQ_CHAIN, &mark_masq_rule(mark));
+        }
+        // First in POSTROUTING: the bridge and ptp plugins' masquerade
+        // rules further down would otherwise take the packet.
+        if !table.has_rule(MASQ_ENTRY_CHAIN, &masq_entry_jump()) {
+            input.commands.push(format!(
+                "-I {MASQ_ENTRY_CHAIN} 1 {}",
+                join_args(&masq_entry_jump())
+            ));
+        }
+    }
+
+    if !table.has_chain(TOP_LEVEL_DNAT_CHAIN) {
+        input.declare(TOP_LEVEL_DNAT_CHAIN);
+    }
+    for entry_chain in DNAT_ENTRY_CHAINS {
+        if !table.has_rule(entry_chain, &dnat_entry_jump()) {
+            input.append(entry_chain, &dnat_entry_jump());
+        }
+    }
+
+    // Declaring the container chain creates it or empties it, so a repeated
+    // ADD replaces the rules instead of duplicating them; its old entry
+    // rules go for the same reason.
+    input.declare(&chain);
+    for reference in table.references_to(&chain) {
+        input
+            .commands
+            .push(format!("-D {} {}", reference.chain, reference.text));
+    }
+    for rule in dnat_chain_rules(conf, container) {
+        input.append(&chain, &rule);
+    }
+    for rule in dnat_entry_rules(conf, container_id, family, &chain) {
+        input.append(TOP_LEVEL_DNAT_CHAIN, &rule);
+    }
+    input.render()
+}
+
+/// The change that removes `chains` and every rule jumping to them, or
+/// `None` when none of that exists.
+fn delete_input(table: &NatTable, chains: &[&str]) -> Option<String> {
+    let mut input = RestoreInput::default();
+    let mut removals = Vec::new();
+    for chain in chains {
+        for reference in table.references_to(chain) {
+            input
+                .commands
+                .push(format!("-D {} {}", reference.chain, reference.text));
+        }
+        if table.has_chain(chain) {
+            // Declaring empties the chain, so it can be deleted.
+            input.declare(chain);
+            removals.push(format!("-X {chain}"));
+        }
+    }
+    if input.chains.is_empty() && input.commands.is_empty() {
+        return None;
+    }
+    input.commands.extend(removals);
+    Some(input.render())
+}
+
+/// What a rule of a container chain does, in a form where the rule as
+/// written and as `iptables-save` prints it compare equal (addresses
+/// masked to their prefix, "any" source dropped, match modules ignored).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RuleMeaning {
+    protocol: Option<String>,
+    dport: Option<String>,
+    source: Option<IpNetwork>,
+    destination: Option<IpNetwork>,
+    target: Option<String>,
+    to_destination: Option<String>,
+}
+
+impl RuleMeaning {
+    fn of(args: &[String]) -> Option<RuleMeaning> {
+        let mut meaning = RuleMeaning {
+            protocol: None,
+            dport: None,
+            source: None,
+            destination: None,
+            target: None,
+            to_destination: None,
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let value = it.next()?;
+            match arg.as_str() {
+                "-p" => meaning.protocol = Some(value.clone()),
+                "-m" => {}
+                "--dport" => meaning.dport = Some(value.clone()),
+                "-s" => meaning.source = normalized_network(value)?,
+                "-d" => meaning.destination = normalized_network(value)?,
+                "-j" => meaning.target = Some(value.clone()),
+                "--to-destination" => meaning.to_destination = Some(value.clone()),
+                _ => return None,
+            }
+        }
+        Some(meaning)
+    }
+}
+
+/// `10.0.0.2/24` as the subnet iptables keeps, `1.2.3.4` as `/32`, and
+/// an "any" network as no match at all (iptables-save omits it).
+fn normalized_network(text: &str) -> Option<Option<IpNetwork>> {
+    let network: IpNetwork = match text.parse::<IpNetwork>() {
+        Ok(n) => n,
+        Err(_) => {
+            let ip: IpAddr = text.parse().ok()?;
+            IpNetwork::from(ip)
+        }
+    };
+    if network.prefix() == 0 {
+        return Some(None);
+    }
+    IpNetwork::new(network.network(), network.prefix())
+        .ok()
+        .map(Some)
+}
+
+fn check_table(
+    conf: &PortMapConf,
+    container_id: &str,
+    container: IpNetwork,
+    table: &NatTable,
+) -> Result<(), String> {
+    let family = Family::of(container.ip());
+    let chain = dnat_chain_name(&conf.network, container_id);
+    if !table.has_chain(&chain) {
+        return Err(format!("chain {chain} not found in iptables table nat"));
+    }
+    let present: Vec<Option<RuleMeaning>> = table
+        .rules_in(&chain)
+        .map(|r| RuleMeaning::of(&r.args))
+        .collect();
+    for rule in dnat_chain_rules(conf, container) {
+        let wanted = RuleMeaning::of(&rule);
+        if wanted.is_none() || !present.contains(&wanted) {
+            return Err(format!(
+                "rule {} in chain {chain} not found in table nat",
+                join_args(&rule)
+            ));
+        }
+    }
+    for rule in dnat_entry_rules(conf, container_id, family, &chain) {
+        let protocol = option_value(&rule, "-p");
+        let ports = option_value(&rule, "--destination-ports");
+        let found = table.rules_in(TOP_LEVEL_DNAT_CHAIN).any(|r| {
+            r.target() == Some(chain.as_str())
+                && r.option("-p") == protocol
+                && (r.option("--dports") == ports || r.option("--destination-ports") == ports)
+        });
+        if !found {
+            return Err(format!(
+                "rule {} in chain {TOP_LEVEL_DNAT_CHAIN} not found in table nat",
+                join_args(&rule)
+            ));
+        }
+    }
+    for entry_chain in DNAT_ENTRY_CHAINS {
+        if !table.has_rule(entry_chain, &dnat_entry_jump()) {
+            return Err(format!(
+                "rule {} in chain {entry_chain} not found in table nat",
+                join_args(&dnat_entry_jump())
+            ));
+        }
+    }
+    if conf.snat && conf.external_set_mark_chain.is_none() {
+        let mark = conf.mark_value();
+        for (chain, rule) in [
+            (SET_MARK_CHAIN, set_mark_rule(mark)),
+            (MARK_MASQ_CHAIN, mark_masq_rule(mark)),
+            (MASQ_ENTRY_CHAIN, masq_entry_jump()),
+        ] {
+            if !table.has_rule(chain, &rule) {
+                return Err(format!(
+                    "rule {} in chain {chain} not found in table nat",
+                    join_args(&rule)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,5 @@
+//! The `portmap` binary: see the library crate.
+
+fn main() {
+    libcni::skel::plugin_main(portmap::PortmapPlugin)
+}

@@ -1,0 +1,339 @@
+//! Rule plans against the reference's `portmap_nftables_test.go` dumps.
+
+use super::*;
+use crate::config::{BackendChoice, BackendKind, PortMapping, Protocol};
+
+const ID: &str = "icee6giejonei6so";
+
+fn mapping(host: u16, container: u16, protocol: Protocol, host_ip: Option<&str>) -> PortMapping {
+    PortMapping {
+        host_port: host,
+        container_port: container,
+        protocol,
+        host_ip: host_ip.map(|ip| ip.parse().unwrap()),
+    }
+}
+
+fn reference_conf() -> PortMapConf {
+    use Protocol::*;
+    PortMapConf {
+        network: "test".to_string(),
+        backend: BackendChoice::Configured(BackendKind::Nftables),
+        snat: true,
+        masq_all: false,
+        mark_masq_bit: 13,
+        external_set_mark_chain: None,
+        conditions_v4: Vec::new(),
+        conditions_v6: Vec::new(),
+        mappings: vec![
+            mapping(8080, 80, Tcp, None),
+            mapping(8081, 80, Tcp, None),
+            mapping(8080, 81, Udp, None),
+            mapping(8082, 82, Udp, None),
+            mapping(8083, 83, Tcp, Some("192.168.0.2")),
+            mapping(8084, 84, Tcp, Some("0.0.0.0")),
+            mapping(8085, 85, Tcp, Some("2001:db8:a::1")),
+            mapping(8086, 86, Tcp, Some("::")),
+        ],
+    }
+}
+
+fn lines(rules: &[RuleSpec]) -> Vec<String> {
+    rules.iter().map(|r| r.nft_add_line(TABLE)).collect()
+}
+
+#[test]
+fn ipv4_rules_match_the_reference_dump() {
+    let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    assert_eq!(
+        lines(&plan.container_rules),
+        [
+            r#"add rule ip cni_hostport hostports tcp dport 8080 dnat to 10.0.0.2:80 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport hostports tcp dport 8081 dnat to 10.0.0.2:80 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport hostports udp dport 8080 dnat to 10.0.0.2:81 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport hostports udp dport 8082 dnat to 10.0.0.2:82 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport hostports ip daddr 192.168.0.2 tcp dport 8083 dnat to 10.0.0.2:83 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport hostports tcp dport 8084 dnat to 10.0.0.2:84 comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport masquerading ip saddr 10.0.0.2 ip daddr 10.0.0.2 masquerade comment "icee6giejonei6so""#,
+            r#"add rule ip cni_hostport masquerading ip saddr 127.0.0.1 ip daddr 10.0.0.2 masquerade comment "icee6giejonei6so""#,
+        ]
+    );
+    assert_eq!(
+        lines(&plan.base_rules),
+        [
+            "add rule ip cni_hostport hostports_all jump hostip_hostports",
+            "add rule ip cni_hostport hostports_all jump hostports",
+            "add rule ip cni_hostport prerouting fib daddr type local jump hostports_all",
+            "add rule ip cni_hostport output fib daddr type local jump hostports_all",
+        ]
+    );
+    assert!(plan.snat);
+}
+
+#[test]
+fn ipv6_rules_without_snat_match_the_reference_dump() {
+    let mut conf = reference_conf();
+    conf.snat = false;
+    conf.conditions_v6 = vec!["ip6".into(), "saddr".into(), "2001:db8:1::/48".into()];
+    let plan = FamilyPlan::new(&conf, ID, "2001:db8::2/64".parse().unwrap()).unwrap();
+    assert_eq!(
+        lines(&plan.container_rules),
+        [
+            r#"add rule ip6 cni_hostport hostports tcp dport 8080 dnat to [2001:db8::2]:80 comment "icee6giejonei6so""#,
+            r#"add rule ip6 cni_hostport hostports tcp dport 8081 dnat to [2001:db8::2]:80 comment "icee6giejonei6so""#,
+            r#"add rule ip6 cni_hostport hostports udp dport 8080 dnat to [2001:db8::2]:81 comment "icee6giejonei6so""#,
+            r#"add rule ip6 cni_hostport hostports udp dport 8082 dnat to [2001:db8::2]:82 comment "icee6giejonei6so""#,
+            r#"add rule ip6 cni_hostport hostports ip6 daddr 2001:db8:a::1 tcp dport 8085 dnat to [2001:db8::2]:85 comment "icee6giejonei6so""#,
+            r#"add rule ip6 cni_hostport hostports tcp dport 8086 dnat to [2001:db8::2]:86 comment "icee6giejonei6so""#,
+        ]
+    );
+    assert_eq!(
+        lines(&plan.base_rules)[2..],
+        [
+            "add rule ip6 cni_hostport prerouting ip6 saddr 2001:db8:1::/48 fib daddr type local jump hostports_all",
+            "add rule ip6 cni_hostport output ip6 saddr 2001:db8:1::/48 fib daddr type local jump hostports_all",
+        ]
+    );
+    assert!(!plan.snat);
+    // No masquerading chain without SNAT.
+    let chains = plan.setup_messages(&[], &ExistingChains::new()).len();
+    let with_snat = FamilyPlan::new(&reference_conf(), ID, "2001:db8::2/64".parse().unwrap())
+        .unwrap()
+        .setup_messages(&[], &ExistingChains::new())
+        .len();
+    assert_eq!(with_snat, chains + 1);
+}
+
+#[test]
+fn masq_all_uses_any_source() {
+    let mut conf = reference_conf();
+    conf.masq_all = true;
+    conf.mappings = vec![mapping(8080, 80, Protocol::Tcp, None)];
+    let v4 = FamilyPlan::new(&conf, ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    assert_eq!(
+        lines(&v4.container_rules)[1..],
+        [
+            r#"add rule ip cni_hostport masquerading ip saddr 0.0.0.0/0 ip daddr 10.0.0.2 masquerade comment "icee6giejonei6so""#
+        ]
+    );
+    let v6 = FamilyPlan::new(&conf, ID, "2001:db8::2/64".parse().unwrap()).unwrap();
+    assert_eq!(
+        lines(&v6.container_rules)[1..],
+        [
+            r#"add rule ip6 cni_hostport masquerading ip6 saddr ::/0 ip6 daddr 2001:db8::2 masquerade comment "icee6giejonei6so""#
+        ]
+    );
+}
+
+#[test]
+fn unsupported_conditions_are_config_errors() {
+    let mut conf = reference_conf();
+    conf.conditions_v4 = vec!["a".into(), "b".into()];
+    let e = FamilyPlan::new(&conf, ID, "10.0.0.2/24".parse().unwrap()).unwrap_err();
+    assert!(NftError::from(e).is_config());
+}
+
+#[test]
+fn setup_creates_table_chains_and_refills_base_chains() {
+    let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    let kinds: Vec<String> = plan
+        .setup_messages(&[], &ExistingChains::new())
+        .iter()
+        .map(|m| match &m.message.inner {
+            netlink_packet_netfilter::NetfilterMessageInner::NfTables(inner) => {
+                format!("{:?}", inner.message_type())
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "NewTable",
+            "NewChain",
+            "NewChain",
+            "NewChain",
+            "NewChain",
+            "NewChain",
+            "NewChain",
+            "DeleteRule",
+            "DeleteRule",
+            "DeleteRule",
+            "NewRule",
+            "NewRule",
+            "NewRule",
+            "NewRule",
+        ]
+    );
+    // Creation never uses NLM_F_EXCL, so an existing table or chain is fine.
+    assert!(plan
+        .setup_messages(&[], &ExistingChains::new())
+        .iter()
+        .all(|m| m.flags & netlink_packet_core::NLM_F_EXCL == 0));
+}
+
+#[test]
+fn userdata_round_trips_and_reference_comments_parse() {
+    let data = rule_userdata("ctr1", "test").unwrap();
+    assert_eq!(data, b"\x00\x05ctr1\x00\xc0\x05test\x00");
+    let tags = parse_rule_userdata(&data);
+    assert_eq!(tags.comment.as_deref(), Some("ctr1"));
+    assert_eq!(tags.network.as_deref(), Some("test"));
+    assert_eq!(tags.spec, None);
+    // What nft writes for `comment "icee6giejonei6so"`.
+    assert_eq!(
+        parse_rule_userdata(b"\x00\x11icee6giejonei6so\x00")
+            .comment
+            .as_deref(),
+        Some(ID)
+    );
+    // Truncated or empty data never panics.
+    assert_eq!(parse_rule_userdata(b"\x00\x40abc"), RuleTags::default());
+    assert_eq!(parse_rule_userdata(b""), RuleTags::default());
+    assert_eq!(parse_rule_userdata(b"\x00"), RuleTags::default());
+    // A long network name is dropped rather than overflowing userdata.
+    let long_network = "n".repeat(200);
+    let data = rule_userdata(&"c".repeat(64), &long_network).unwrap();
+    assert_eq!(parse_rule_userdata(&data).network, None);
+    assert!(matches!(
+        rule_userdata(&"c".repeat(300), "test"),
+        Err(NftError::CommentTooLong(300))
+    ));
+}
+
+#[test]
+fn ownership_of_listed_rules() {
+    let rule = |chain: &str, comment: Option<&str>, network: Option<&str>| ListedRule {
+        family: Family::V4,
+        chain: chain.to_string(),
+        handle: 1,
+        comment: comment.map(String::from),
+        network: network.map(String::from),
+        spec: None,
+    };
+    assert!(rule("hostports", Some("a"), Some("net")).belongs_to("net", "a"));
+    // Made by the reference: no network record.
+    assert!(rule("masquerading", Some("a"), None).belongs_to("net", "a"));
+    assert!(rule("hostip_hostports", Some("a"), None).belongs_to("net", "a"));
+    assert!(!rule("hostports", Some("a"), Some("other")).belongs_to("net", "a"));
+    assert!(!rule("hostports", Some("b"), Some("net")).belongs_to("net", "a"));
+    assert!(!rule("prerouting", Some("a"), Some("net")).belongs_to("net", "a"));
+}
+
+#[test]
+fn base_chains_are_rewritten_only_when_they_differ() {
+    let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    let listed_rule = |family: Family, rule: &RuleSpec, spec: Option<String>| ListedRule {
+        family,
+        chain: rule.chain.to_string(),
+        handle: 1,
+        comment: None,
+        network: None,
+        spec,
+    };
+    let current: Vec<ListedRule> = plan
+        .base_rules
+        .iter()
+        .map(|r| listed_rule(Family::V4, r, Some(spec_fingerprint(r))))
+        .collect();
+    let flushes = |listed: &[ListedRule]| {
+        plan.setup_messages(listed, &ExistingChains::new())
+            .iter()
+            .filter(|m| {
+                matches!(
+                    &m.message.inner,
+                    netlink_packet_netfilter::NetfilterMessageInner::NfTables(
+                        NfTablesMessage::DeleteRule(_)
+                    )
+                )
+            })
+            .count()
+    };
+    assert_eq!(flushes(&current), 0);
+    assert_eq!(flushes(&[]), 3);
+    // Rules of the reference (no fingerprint), a duplicate, another
+    // family's rules, or other conditions: rewrite.
+    let mut unmarked = current.clone();
+    unmarked[2].spec = None;
+    assert_eq!(flushes(&unmarked), 3);
+    let mut duplicated = current.clone();
+    duplicated.push(current[2].clone());
+    assert_eq!(flushes(&duplicated), 3);
+    let other_family: Vec<ListedRule> = current
+        .iter()
+        .map(|r| ListedRule {
+            family: Family::V6,
+            ..r.clone()
+        })
+        .collect();
+    assert_eq!(flushes(&other_family), 3);
+    let mut conf = reference_conf();
+    conf.conditions_v4 = vec!["iifname".into(), "eth0".into()];
+    let other = FamilyPlan::new(&conf, ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    assert_ne!(
+        spec_fingerprint(&other.base_rules[2]),
+        spec_fingerprint(&plan.base_rules[2])
+    );
+    assert_eq!(
+        spec_fingerprint(&plan.base_rules[2]),
+        spec_fingerprint(&plan.base_rules[2].clone())
+    );
+}
+
+#[test]
+fn existing_chains_are_not_created_again() {
+    let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
+    let new_chains = |existing: &ExistingChains| {
+        plan.setup_messages(&[], existing)
+            .iter()
+            .filter(|m| {
+                matches!(
+                    &m.message.inner,
+                    netlink_packet_netfilter::NetfilterMessageInner::NfTables(
+                        NfTablesMessage::NewChain(_)
+                    )
+                )
+            })
+            .count()
+    };
+    assert_eq!(new_chains(&ExistingChains::new()), 6);
+    let mut existing: ExistingChains = [
+        (HOSTPORTS_CHAIN, None),
+        (HOSTIP_HOSTPORTS_CHAIN, None),
+        (HOSTPORTS_ALL_CHAIN, None),
+        (PREROUTING_CHAIN, Some((0, -100))),
+        (OUTPUT_CHAIN, Some((3, -100))),
+        (MASQUERADING_CHAIN, Some((4, 100))),
+    ]
+    .into_iter()
+    .map(|(n, h)| (n.to_string(), h))
+    .collect();
+    assert_eq!(new_chains(&existing), 0);
+    // A chain of that name without the right hook is sent again, so the
+    // kernel reports the conflict instead of rules silently not applying.
+    existing.insert(PREROUTING_CHAIN.to_string(), None);
+    existing.insert(OUTPUT_CHAIN.to_string(), Some((3, 0)));
+    assert_eq!(new_chains(&existing), 2);
+}
+
+#[test]
+fn chain_hooks_are_read_from_listings() {
+    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+        let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(value);
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        out
+    }
+    let hook = [
+        nla(1, &3u32.to_be_bytes()),
+        nla(2, &(-100i32).to_be_bytes()),
+    ]
+    .concat();
+    let attrs = [nla(1, b"cni_hostport\0"), nla(4 | 0x8000, &hook)].concat();
+    assert_eq!(chain_hook(&attrs), Some((3, -100)));
+    assert_eq!(chain_hook(&nla(1, b"cni_hostport\0")), None);
+    assert_eq!(chain_hook(&[0xff]), None);
+}
