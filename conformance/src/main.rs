@@ -64,9 +64,18 @@ struct BenchArgs {
     /// host-local ADD+DEL rounds per store state and side.
     #[arg(long, default_value_t = 50)]
     host_local_rounds: usize,
+    /// Parallel workers for the many-pods-at-once figure.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Pods added by the workers, per side.
+    #[arg(long, default_value_t = 200)]
+    worker_pods: usize,
     /// Where the raw figures are written as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Where the chart of ADD latency against attached pods is written (SVG).
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -113,6 +122,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         );
         rows.extend(r);
     }
+    let mut growth: Option<(String, bench::chain::ChainFigures)> = None;
     for (name, portmap) in [("chain", false), ("chain-portmap", true)] {
         if wants(name) {
             let (f, r) = bench::chain::measure(
@@ -125,10 +135,35 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
             raw.insert(
                 name.replace('-', "_"),
-                serde_json::to_value(f).unwrap_or_default(),
+                serde_json::to_value(&f).unwrap_or_default(),
             );
             rows.extend(r);
+            growth = Some((name.to_string(), f));
         }
+    }
+    if wants("workers") {
+        let (f, r) = bench::workers::measure(&a.ours, &a.reference, a.workers, a.worker_pods)
+            .map_err(|e| e.to_string())?;
+        raw.insert(
+            "workers".into(),
+            serde_json::to_value(f).unwrap_or_default(),
+        );
+        rows.extend(r);
+    }
+    if let (Some(path), Some((name, figs))) = (&a.chart, &growth) {
+        let title = format!(
+            "{name}: ADD latency, {} pods added one by one ({})",
+            a.growth_pods,
+            bench::machine_line()
+        );
+        let svg = bench::chart::svg(
+            &title,
+            &[
+                ("ours", "#1f77b4", &figs.growth_add_ms[0]),
+                ("reference", "#d62728", &figs.growth_add_ms[1]),
+            ],
+        );
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     println!("{}", bench::machine_line());
     print!("{}", bench::render_table(&rows));

@@ -38,7 +38,7 @@ pub enum ChainError {
 }
 
 /// One side's network: its config and runtime.
-struct Network {
+pub(crate) struct Network {
     side: Side,
     list: NetworkConfigList,
     cni: CniConfig,
@@ -75,7 +75,7 @@ fn conflist(side: Side, work: &Path, portmap: bool) -> Value {
 }
 
 impl Network {
-    fn new(
+    pub(crate) fn new(
         side: Side,
         plugin_dir: &Path,
         work: &Path,
@@ -93,7 +93,7 @@ impl Network {
         Ok(Network { side, list, cni })
     }
 
-    fn runtime_conf(&self, pod: &TestNetns, index: usize, portmap: bool) -> RuntimeConf {
+    pub(crate) fn runtime_conf(&self, pod: &TestNetns, index: usize, portmap: bool) -> RuntimeConf {
         let mut rt = RuntimeConf {
             container_id: format!("bench-{:?}-{index}", self.side).to_lowercase(),
             netns: pod.path().display().to_string(),
@@ -110,7 +110,24 @@ impl Network {
         rt
     }
 
-    fn add(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
+    /// ADD, returning its time and the first address of the result.
+    pub(crate) fn add_with_ip(
+        &self,
+        rt: &RuntimeConf,
+    ) -> Result<(Duration, Option<String>), ChainError> {
+        let t = Instant::now();
+        let result = self
+            .cni
+            .add_network_list(&self.list, rt)
+            .map_err(|e| self.fail("ADD", e))?;
+        let took = t.elapsed();
+        let ip = result.to_value()["ips"][0]["address"]
+            .as_str()
+            .map(str::to_string);
+        Ok((took, ip))
+    }
+
+    pub(crate) fn add(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
         let t = Instant::now();
         self.cni
             .add_network_list(&self.list, rt)
@@ -118,7 +135,7 @@ impl Network {
         Ok(t.elapsed())
     }
 
-    fn del(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
+    pub(crate) fn del(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
         let t = Instant::now();
         self.cni
             .del_network_list(&self.list, rt)
@@ -150,7 +167,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let d: Vec<Duration> = v.iter().map(|m| Duration::from_secs_f64(m / 1e3)).collect();
     summarize(&d).median_ms
 }
@@ -288,7 +305,7 @@ pub fn measure(
     Ok((figs, rows))
 }
 
-fn tempfile_dir() -> Result<PathBuf, std::io::Error> {
+pub(crate) fn tempfile_dir() -> Result<PathBuf, std::io::Error> {
     let dir = std::env::temp_dir().join(format!("cni-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)

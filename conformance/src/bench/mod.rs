@@ -3,8 +3,10 @@
 //! machine (other load, CPU frequency) hits both sides alike.
 
 pub mod chain;
+pub mod chart;
 pub mod host_local;
 pub mod version;
+pub mod workers;
 
 use std::fmt::Write as _;
 
@@ -51,16 +53,21 @@ pub fn render_table(rows: &[Row]) -> String {
         "| metric | ours | reference | ratio | target | met |\n| --- | ---: | ---: | ---: | ---: | --- |"
     );
     for r in rows {
-        let target = r.target.map(|t| format!("<= {t}")).unwrap_or_default();
+        let target = r.target.map(|t| format!("<= {t:.2}")).unwrap_or_default();
         let met = match r.meets_target() {
             Some(true) => "yes",
             Some(false) => "NO",
             None => "",
         };
+        let ratio = if r.ratio.is_finite() {
+            format!("{:.2}", r.ratio)
+        } else {
+            "-".to_string()
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.3} {} | {:.3} {} | {:.2} | {} | {} |",
-            r.metric, r.ours, r.unit, r.reference, r.unit, r.ratio, target, met
+            "| {} | {:.3} {} | {:.3} {} | {} | {} | {} |",
+            r.metric, r.ours, r.unit, r.reference, r.unit, ratio, target, met
         );
     }
     out
