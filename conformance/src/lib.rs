@@ -3,4 +3,5 @@
 
 pub mod bench;
 pub mod measure;
+pub mod suite;
 pub mod testnet;

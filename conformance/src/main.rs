@@ -10,6 +10,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use conformance::bench::{self, Row};
+use conformance::suite::known_issues::KnownIssues;
+use conformance::suite::{self, Group, SuiteOptions};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +27,54 @@ struct Cli {
 enum Cmd {
     /// Benchmarks against the reference plugins, printed as a table.
     Bench(BenchArgs),
+    /// Conformance checks of a directory of plugins: one line per check
+    /// and a closing `N passed, N failed` line; exits 1 if any failed.
+    Suite(SuiteArgs),
+    /// The same networks run by the Go cnitool and our cnitool, over our
+    /// plugins and the reference plugins: results must agree.
+    CrossRuntime(CrossRuntimeArgs),
+    /// Podman (CNI backend) running a container with a published port on
+    /// a bridge network of the plugins.
+    Podman(PodmanArgs),
+}
+
+#[derive(clap::Args)]
+struct CrossRuntimeArgs {
+    /// Directory holding our plugin binaries.
+    #[arg(long, default_value = "target/debug")]
+    ours: PathBuf,
+    /// Directory holding the reference plugin binaries.
+    #[arg(long, default_value = "/usr/lib/cni")]
+    reference: PathBuf,
+    /// Our cnitool.
+    #[arg(long, default_value = "target/debug/cnitool")]
+    cnitool: PathBuf,
+    /// The Go cnitool (conformance/scripts/build-go-cnitool.sh builds it).
+    #[arg(long, default_value = "target/go-cnitool/cnitool")]
+    go_cnitool: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct PodmanArgs {
+    /// Directory holding the plugin binaries Podman uses.
+    plugins: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct SuiteArgs {
+    /// Directory holding the plugin binaries under test.
+    plugins: PathBuf,
+    /// Configuration files to validate and run (every .conf, .conflist and
+    /// .json file in it).
+    #[arg(long)]
+    examples: Option<PathBuf>,
+    /// Which groups of checks run (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Group>,
+    /// Known-issue list: `auto` uses the Debian reference list for
+    /// /usr/lib/cni.
+    #[arg(long, value_enum, default_value = "auto")]
+    known_issues: KnownIssues,
 }
 
 #[derive(clap::Args)]
@@ -88,6 +138,45 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Cmd::Suite(args) => run_suite(args),
+        Cmd::CrossRuntime(args) => finish(&suite::cross_runtime::run(
+            &suite::cross_runtime::CrossOptions {
+                ours: args.ours,
+                reference: args.reference,
+                cnitool: args.cnitool,
+                go_cnitool: args.go_cnitool,
+                echo: true,
+            },
+        )),
+        Cmd::Podman(args) => finish(&suite::podman::run(&suite::podman::PodmanOptions {
+            plugins: args.plugins,
+            echo: true,
+        })),
+    }
+}
+
+fn run_suite(args: SuiteArgs) -> ExitCode {
+    let opts = SuiteOptions {
+        plugins: args.plugins,
+        examples: args.examples,
+        groups: if args.only.is_empty() {
+            Group::ALL.to_vec()
+        } else {
+            args.only
+        },
+        known_issues: args.known_issues,
+        echo: true,
+    };
+    finish(&suite::run(&opts))
+}
+
+/// Prints the closing lines; success when nothing failed.
+fn finish(report: &suite::report::Report) -> ExitCode {
+    print!("{}", report.summary());
+    if report.totals().failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

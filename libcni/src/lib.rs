@@ -6,7 +6,9 @@
 //! - runtime side: config loading ([`conf`]), plugin execution, the result
 //!   cache and the list operations ([`runtime`]);
 //! - system helpers shared by the plugins: network namespaces ([`netns`]),
-//!   netlink ([`netlink`]) and sysctls ([`sysctl`]).
+//!   netlink ([`netlink`]: one socket core for rtnetlink, nfnetlink and the
+//!   plugins' own families), nf_tables ([`nftables`]) and sysctls
+//!   ([`sysctl`]).
 
 pub mod args;
 pub mod cache;

@@ -111,7 +111,13 @@ impl AnyResult {
         );
         Ok(match version.family() {
             ResultFamily::V02 => AnyResult::V02(serde_json::from_value(value)?),
-            ResultFamily::V04 => AnyResult::V04(serde_json::from_value(value)?),
+            ResultFamily::V04 => {
+                let mut r: v040::Result = serde_json::from_value(value)?;
+                for ip in r.ips.iter_mut().filter(|ip| ip.version.is_empty()) {
+                    ip.version = family_of(&ip.address).to_string();
+                }
+                AnyResult::V04(r)
+            }
             ResultFamily::V1 => AnyResult::V1(serde_json::from_value(value)?),
         })
     }

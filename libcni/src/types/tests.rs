@@ -242,3 +242,15 @@ fn try_from_brings_old_results_to_1_1_0() {
         SpecVersion::V1_0_0
     );
 }
+
+#[test]
+fn a_0_4_0_address_without_version_takes_its_family() {
+    let src = json!({"cniVersion": "0.3.1", "ips": [
+        {"address": "127.0.0.1/8", "interface": 0},
+        {"address": "::1/128", "interface": 0}
+    ]});
+    let r = AnyResult::from_value(src, SpecVersion::V0_3_1).unwrap();
+    let v = r.to_value();
+    assert_eq!(v["ips"][0]["version"], "4");
+    assert_eq!(v["ips"][1]["version"], "6");
+}

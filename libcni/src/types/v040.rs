@@ -20,7 +20,11 @@ pub struct Interface {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpConfig {
-    /// "4" or "6"; always written.
+    /// "4" or "6"; always written. Read leniently: a missing one is taken
+    /// from the address (see [`super::AnyResult::from_value`]), because the
+    /// Go decoder accepts results without it and some plugins print them
+    /// (Debian's loopback 1.1.1 prints its 1.0.0 layout at every version).
+    #[serde(default)]
     pub version: String,
     /// Index into `interfaces`; 0 is a valid index and is written.
     #[serde(default, skip_serializing_if = "Option::is_none")]

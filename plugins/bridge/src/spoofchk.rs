@@ -15,20 +15,28 @@
 //! The reference takes two `nft` transactions for setup and two for
 //! teardown; here each is one batch over netlink, preceded by a listing of
 //! `PREROUTING` so that a repeated setup replaces its jump instead of
-//! adding a second one.
-
-use nix::errno::Errno;
+//! adding a second one. A `PREROUTING` already as wanted (hook, type,
+//! policy accept) is not sent again: that would be a chain update, which
+//! makes the kernel wait for an RCU grace period when the socket closes
+//! (see [`libcni::nftables`]).
 
 use libcni::nftables::{
-    BaseChain, Batch, Expr, Family, NfSocket, NfTablesError, Rule, Verdict, HOOK_PREROUTING,
-    IFNAMSIZ, META_IIFNAME, PAYLOAD_LL_HEADER,
+    retry_if_vanished, BaseChain, Batch, CmpOp, Expr, Family, Hook, MetaKey, NfTablesError,
+    NfTablesSocket, PayloadBase, Rule, Verdict, HOOK_PREROUTING, IFNAMSIZ,
 };
 
 pub const TABLE: &str = "nat";
 pub const PREROUTING_CHAIN: &str = "PREROUTING";
-/// `NF_BR_PRI_NAT_DST_BRIDGED`, the priority of ebtables' nat PREROUTING.
-const PREROUTING_PRIORITY: i32 = -300;
-const ATTEMPTS: u32 = 3;
+/// `type filter hook prerouting priority -300` (`NF_BR_PRI_NAT_DST_BRIDGED`,
+/// the priority of ebtables' nat PREROUTING); `policy accept`.
+const PREROUTING: BaseChain = BaseChain {
+    chain_type: "filter",
+    hook: Hook {
+        number: HOOK_PREROUTING,
+        priority: -300,
+    },
+    policy_accept: true,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpoofCheckError {
@@ -81,26 +89,22 @@ pub fn setup(
     let comment = rule_comment(container_id, ifname).into_bytes();
     let iface = iface_chain(container_id, ifname);
     let mac_chain = mac_chain(container_id, ifname);
-    let rule = |exprs| Rule {
-        exprs,
-        comment: Some(comment.clone()),
-    };
-    with_retry(|socket| {
-        let old_jumps = prerouting_rules(socket, &comment)?;
+    let rule = |exprs| Rule::new(exprs).with_comment(&comment);
+    let mut socket = NfTablesSocket::open().map_err(SpoofCheckError::Setup)?;
+    retry_if_vanished(NfTablesError::errno, || {
+        let old_jumps = prerouting_rules(&mut socket, &comment)?;
+        let prerouting = socket.get_chain(Family::Bridge, TABLE, PREROUTING_CHAIN)?;
         let mut batch = Batch::new();
         batch.add_table(Family::Bridge, TABLE, None);
-        batch.add_chain(
-            Family::Bridge,
-            TABLE,
-            PREROUTING_CHAIN,
-            Some(BaseChain {
-                chain_type: "filter",
-                hook: HOOK_PREROUTING,
-                priority: PREROUTING_PRIORITY,
-                policy_accept: true,
-            }),
-            None,
-        );
+        if !prerouting.is_some_and(|chain| PREROUTING.is_in_place(&chain)) {
+            batch.add_chain(
+                Family::Bridge,
+                TABLE,
+                PREROUTING_CHAIN,
+                Some(PREROUTING),
+                None,
+            );
+        }
         batch.add_chain(Family::Bridge, TABLE, &iface, None, None);
         batch.add_chain(Family::Bridge, TABLE, &mac_chain, None, None);
         batch.flush_chain(Family::Bridge, TABLE, &iface);
@@ -113,9 +117,9 @@ pub fn setup(
             TABLE,
             PREROUTING_CHAIN,
             &rule(vec![
-                Expr::Meta { key: META_IIFNAME },
+                Expr::Meta(MetaKey::Iifname),
                 Expr::Cmp {
-                    equal: true,
+                    op: CmpOp::Eq,
                     data: iifname.clone(),
                 },
                 Expr::Verdict(Verdict::Jump(iface.clone())),
@@ -134,12 +138,12 @@ pub fn setup(
             &rule(vec![
                 // ether saddr: link-layer header bytes 6..12.
                 Expr::Payload {
-                    base: PAYLOAD_LL_HEADER,
+                    base: PayloadBase::LinkLayer,
                     offset: 6,
                     len: 6,
                 },
                 Expr::Cmp {
-                    equal: true,
+                    op: CmpOp::Eq,
                     data: mac.to_vec(),
                 },
                 Expr::Verdict(Verdict::Return),
@@ -151,7 +155,7 @@ pub fn setup(
             &mac_chain,
             &rule(vec![Expr::Verdict(Verdict::Drop)]),
         );
-        socket.commit(&batch)
+        socket.commit(batch)
     })
     .map_err(SpoofCheckError::Setup)
 }
@@ -163,42 +167,32 @@ pub fn teardown(container_id: &str, ifname: &str) -> Result<(), SpoofCheckError>
     let comment = rule_comment(container_id, ifname).into_bytes();
     let iface = iface_chain(container_id, ifname);
     let mac_chain = mac_chain(container_id, ifname);
-    with_retry(|socket| {
+    let mut socket = NfTablesSocket::open().map_err(SpoofCheckError::Teardown)?;
+    retry_if_vanished(NfTablesError::errno, || {
         let mut batch = Batch::new();
-        for handle in prerouting_rules(socket, &comment)? {
+        for handle in prerouting_rules(&mut socket, &comment)? {
             batch.delete_rule(Family::Bridge, TABLE, PREROUTING_CHAIN, handle);
         }
         // The iface chain first: its rule is what still jumps to the MAC chain.
         for chain in [&iface, &mac_chain] {
-            if socket.chain_exists(Family::Bridge, TABLE, chain)? {
+            if socket.get_chain(Family::Bridge, TABLE, chain)?.is_some() {
                 batch.delete_chain(Family::Bridge, TABLE, chain);
             }
         }
-        socket.commit(&batch)
+        socket.commit(batch)
     })
     .map_err(SpoofCheckError::Teardown)
 }
 
-fn with_retry(
-    mut operation: impl FnMut(&mut NfSocket) -> Result<(), NfTablesError>,
-) -> Result<(), NfTablesError> {
-    let mut socket = NfSocket::open()?;
-    let mut attempt = 1;
-    loop {
-        match operation(&mut socket) {
-            // Something listed vanished before the commit: look again.
-            Err(e) if e.errno() == Some(Errno::ENOENT) && attempt < ATTEMPTS => attempt += 1,
-            other => return other,
-        }
-    }
-}
-
 /// Handles of the `PREROUTING` rules carrying `comment`.
-fn prerouting_rules(socket: &mut NfSocket, comment: &[u8]) -> Result<Vec<u64>, NfTablesError> {
+fn prerouting_rules(
+    socket: &mut NfTablesSocket,
+    comment: &[u8],
+) -> Result<Vec<u64>, NfTablesError> {
     Ok(socket
-        .list_rules(Family::Bridge, TABLE, PREROUTING_CHAIN)?
+        .list_rules(Family::Bridge, TABLE, Some(PREROUTING_CHAIN))?
         .into_iter()
-        .filter(|r| r.comment.as_deref() == Some(comment))
+        .filter(|r| r.comment() == Some(comment))
         .map(|r| r.handle)
         .collect())
 }

@@ -347,3 +347,45 @@ fn concurrent_first_setups_leave_one_shared_layout() {
     assert_eq!(text.matches("goto masq_checks").count(), 1, "{text}");
     assert_eq!(text.matches("ip daddr 224.0.0.0/4 return").count(), 1);
 }
+
+#[test]
+fn later_setups_keep_the_shared_chain_and_repair_it_when_changed() {
+    let ns = TestNetns::new("nftm-shared");
+    let setup = |id: &str, ip: &str| {
+        in_ns(&ns, || {
+            ipmasq::setup(MasqBackend::Nftables, "shared", id, "eth0", &nets(&[ip]))
+        })
+        .unwrap()
+    };
+    let postrouting =
+        || nft_list_chain_with_handles(&ns, "inet", "cni_plugins_masquerade", "postrouting");
+    setup("a", "10.70.0.2/24");
+    let first = postrouting();
+    setup("b", "10.70.0.3/24");
+    // The same rules with the same handles: not flushed and written again.
+    assert_eq!(postrouting(), first);
+    assert_eq!(masq_rule_lines(&nft_ruleset(&ns)).len(), 2);
+
+    // Changed by hand: the next ADD restores the layout.
+    let goto = first
+        .lines()
+        .find(|l| l.contains("goto masq_checks"))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .unwrap()
+        .trim()
+        .to_string();
+    nft_apply(
+        &ns,
+        &format!("delete rule inet cni_plugins_masquerade postrouting handle {goto}\n"),
+    );
+    setup("c", "10.70.0.4/24");
+    let repaired = postrouting();
+    assert_ne!(repaired, first);
+    let strip_handles = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split(" # handle ").next().unwrap_or(l).to_string())
+            .collect()
+    };
+    assert_eq!(strip_handles(&repaired), strip_handles(&first));
+    assert_eq!(masq_rule_lines(&nft_ruleset(&ns)).len(), 3);
+}

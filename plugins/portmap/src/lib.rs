@@ -17,11 +17,9 @@
 //! no backend is probed, nothing is listed, no process is started.
 
 pub mod config;
-pub mod conntrack;
 pub mod iptables;
 pub mod localnet;
 pub mod lock;
-pub mod nfnetlink;
 pub mod nftables;
 
 use std::collections::BTreeSet;
@@ -29,6 +27,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::netlink::{conntrack, IpFamily};
 use libcni::plugin_conf::ConfError;
 use libcni::skel::{about_string, CmdArgs, Plugin};
 use libcni::types::{v100, AnyResult, ResultError};
@@ -240,7 +239,11 @@ fn flush_udp_conntrack(conf: &PortMapConf, family: Family) {
         .map(|m| m.host_port)
         .collect();
     for port in ports {
-        match conntrack::delete_udp_entries(family, port) {
+        let ip_family = match family {
+            Family::V4 => IpFamily::V4,
+            Family::V6 => IpFamily::V6,
+        };
+        match conntrack::delete_udp_entries(ip_family, port) {
             Ok(0) => {}
             Ok(n) => log::debug!("deleted {n} {family} UDP conntrack entries for port {port}"),
             Err(e) => log::warn!(

@@ -7,19 +7,21 @@
 //! `RDMA_NL_NLDEV << 10 | command`, followed directly by attributes (there
 //! is no family header). Values are those of `include/uapi/rdma/rdma_netlink.h`.
 //!
-//! An RDMA netlink socket sees the devices of the namespace it was created
-//! in (in exclusive mode), so queries about a namespace open their socket
-//! inside it through [`NetNs::run`].
+//! The socket is libcni's [`NetlinkSocket`] (sequence checks, ACKs, errors
+//! with errno and extended-ACK text, dumps redone on `NLM_F_DUMP_INTR`)
+//! with the [`RdmaNetlink`] family. An RDMA netlink socket sees the devices
+//! of the namespace it was created in (in exclusive mode), so queries about
+//! a namespace open their socket inside it through [`NetNs::run`].
 
 use std::os::fd::{AsFd, AsRawFd};
 
+use libcni::netlink::{NetlinkError, NetlinkFamily, NetlinkSocket};
 use libcni::netns::NetNs;
 use netlink_packet_core::{
-    DecodeError, NetlinkBuffer, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload, NetlinkSerializable, NlaBuffer, NlasIterator, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_MULTIPART, NLM_F_REQUEST,
+    DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, NlaBuffer,
+    NlasIterator, NLM_F_ACK, NLM_F_DUMP,
 };
-use netlink_sys::{protocols::NETLINK_RDMA, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_RDMA;
 use nix::errno::Errno;
 
 use crate::rdma::{RdmaDevice, RdmaError, RdmaNetnsMode, RdmaOps, RdmaPort};
@@ -40,11 +42,6 @@ pub const RDMA_NLDEV_ATTR_NDEV_INDEX: u16 = 50;
 pub const RDMA_NLDEV_ATTR_NDEV_NAME: u16 = 51;
 pub const RDMA_NLDEV_SYS_ATTR_NETNS_MODE: u16 = 66;
 pub const RDMA_NLDEV_NET_NS_FD: u16 = 68;
-
-/// Repeats of a dump the kernel marks inconsistent, as for rtnetlink.
-const DUMP_ATTEMPTS: u32 = 5;
-
-const RECV_BUFFER: usize = 32 * 1024;
 
 /// `RDMA_NL_GET_TYPE(client, op)`.
 pub fn message_type(command: u16) -> u16 {
@@ -167,40 +164,34 @@ impl NetlinkDeserializable for RdmaMessage {
     }
 }
 
+/// The `NETLINK_RDMA` family with `nldev` messages.
+#[derive(Debug)]
+pub struct RdmaNetlink;
+
+impl NetlinkFamily for RdmaNetlink {
+    const PROTOCOL: isize = NETLINK_RDMA;
+    type Request = RdmaMessage;
+    type Reply = RdmaMessage;
+}
+
 /// A `NETLINK_RDMA` socket in the calling thread's namespace.
+#[derive(Debug)]
 pub struct RdmaSocket {
-    socket: Socket,
-    sequence: u32,
-    buffer: Vec<u8>,
+    socket: NetlinkSocket<RdmaNetlink>,
 }
 
 impl RdmaSocket {
     pub fn open_current() -> Result<RdmaSocket, RdmaError> {
-        let mut socket = Socket::new(NETLINK_RDMA).map_err(|source| {
-            if source.raw_os_error() == Some(libc::EPROTONOSUPPORT) {
-                RdmaError::Unavailable {
-                    reason: "the kernel has no RDMA netlink (ib_core is not loaded)".to_string(),
-                }
-            } else {
-                RdmaError::Socket {
-                    op: "socket",
-                    source,
-                }
-            }
+        let socket = NetlinkSocket::open_current().map_err(|e| match e {
+            NetlinkError::Socket {
+                op: "socket",
+                source,
+            } if source.raw_os_error() == Some(libc::EPROTONOSUPPORT) => RdmaError::Unavailable {
+                reason: "the kernel has no RDMA netlink (ib_core is not loaded)".to_string(),
+            },
+            other => rdma_error("open", other),
         })?;
-        let sock_err = |op| move |source| RdmaError::Socket { op, source };
-        socket
-            .set_ext_ack(true)
-            .map_err(sock_err("NETLINK_EXT_ACK"))?;
-        socket.bind_auto().map_err(sock_err("bind"))?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(sock_err("connect"))?;
-        Ok(RdmaSocket {
-            socket,
-            sequence: 0,
-            buffer: Vec::with_capacity(RECV_BUFFER),
-        })
+        Ok(RdmaSocket { socket })
     }
 
     /// Sends one request and gathers its replies (all of a dump).
@@ -210,107 +201,9 @@ impl RdmaSocket {
         message: RdmaMessage,
         flags: u16,
     ) -> Result<Vec<RdmaMessage>, RdmaError> {
-        let mut attempt = 1;
-        loop {
-            match self.request_once(op, message.clone(), flags) {
-                Err(RdmaError::Kernel {
-                    errno: Errno::EINTR,
-                    ..
-                }) if flags & NLM_F_DUMP != 0 && attempt < DUMP_ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
-    }
-
-    fn request_once(
-        &mut self,
-        op: &'static str,
-        message: RdmaMessage,
-        flags: u16,
-    ) -> Result<Vec<RdmaMessage>, RdmaError> {
-        self.sequence = self.sequence.wrapping_add(1);
-        let sequence = self.sequence;
-        let mut packet = NetlinkMessage::new(
-            NetlinkHeader::default(),
-            NetlinkPayload::InnerMessage(message),
-        );
-        packet.header.flags = NLM_F_REQUEST | flags;
-        packet.header.sequence_number = sequence;
-        packet.finalize();
-        let mut bytes = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut bytes);
         self.socket
-            .send(&bytes, 0)
-            .map_err(|source| RdmaError::Socket { op: "send", source })?;
-
-        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-        let expects_ack = flags & NLM_F_ACK != 0;
-        let mut replies = Vec::new();
-        let mut interrupted = false;
-        loop {
-            self.buffer.clear();
-            self.buffer.reserve(RECV_BUFFER);
-            self.socket
-                .recv(&mut self.buffer, 0)
-                .map_err(|source| RdmaError::Socket { op: "recv", source })?;
-            let mut offset = 0;
-            while offset < self.buffer.len() {
-                let rest = self.buffer.get(offset..).unwrap_or_default();
-                let length = NetlinkBuffer::new_checked(rest)
-                    .map_err(|e| RdmaError::Decode(e.to_string()))?
-                    .length() as usize;
-                if length == 0 {
-                    break;
-                }
-                let raw = rest.get(..length).unwrap_or_default();
-                offset += aligned(length);
-                let reply = NetlinkMessage::<RdmaMessage>::deserialize(raw)
-                    .map_err(|e| RdmaError::Decode(e.to_string()))?;
-                if reply.header.sequence_number != sequence {
-                    continue;
-                }
-                if reply.header.flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                let multipart = reply.header.flags & NLM_F_MULTIPART != 0;
-                match reply.payload {
-                    NetlinkPayload::InnerMessage(inner) => {
-                        replies.push(inner);
-                        if !multipart && !expects_ack && !dump {
-                            return Ok(replies);
-                        }
-                    }
-                    NetlinkPayload::Error(error) => match error.code {
-                        None => return Ok(replies),
-                        Some(code) => {
-                            return Err(RdmaError::Kernel {
-                                op,
-                                errno: Errno::from_raw(code.get().saturating_abs()),
-                                message: None,
-                            })
-                        }
-                    },
-                    NetlinkPayload::Done(done) => {
-                        if done.code != 0 {
-                            return Err(RdmaError::Kernel {
-                                op,
-                                errno: Errno::from_raw(done.code.saturating_abs()),
-                                message: None,
-                            });
-                        }
-                        if interrupted {
-                            return Err(RdmaError::Kernel {
-                                op,
-                                errno: Errno::EINTR,
-                                message: Some("dump interrupted".into()),
-                            });
-                        }
-                        return Ok(replies);
-                    }
-                    _ => {}
-                }
-            }
-        }
+            .request(message, flags)
+            .map_err(|e| rdma_error(op, e))
     }
 
     /// `RDMA_NLDEV_CMD_SYS_GET`.
@@ -403,6 +296,21 @@ impl RdmaSocket {
     }
 }
 
+/// The core's error in this crate's terms, naming the operation.
+fn rdma_error(op: &'static str, error: NetlinkError) -> RdmaError {
+    match error {
+        NetlinkError::Kernel { errno, message } => RdmaError::Kernel { op, errno, message },
+        NetlinkError::DumpInterrupted(_) => RdmaError::Kernel {
+            op,
+            errno: Errno::EINTR,
+            message: Some("dump interrupted".into()),
+        },
+        NetlinkError::Socket { op, source } => RdmaError::Socket { op, source },
+        NetlinkError::NetNs(e) => RdmaError::NetNs(e),
+        other => RdmaError::Decode(other.to_string()),
+    }
+}
+
 /// [`RdmaOps`] over RDMA netlink.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NetlinkRdmaOps;
@@ -435,6 +343,7 @@ impl RdmaOps for NetlinkRdmaOps {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
 
     #[test]
     fn message_type_encodes_client_and_command() {

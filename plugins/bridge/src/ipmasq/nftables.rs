@@ -19,18 +19,28 @@
 //!
 //! Rules are found again by the hash at the start of their comment, so a
 //! DEL of container A never removes the rule of container B that reuses
-//! A's address. Every operation lists `masq_checks` only (not the ruleset)
-//! and commits one batch.
+//! A's address. Every operation lists only this table's rules (not the
+//! ruleset) and commits one batch.
+//!
+//! An ADD leaves the shared part alone when it is already in place: the
+//! chains when they exist as wanted (hook, type), `postrouting` when its
+//! rules are exactly the three above. Re-sending an existing chain or
+//! refilling `postrouting` would make the kernel wait for an RCU grace
+//! period when the socket closes (see [`libcni::nftables`]), which was
+//! most of an ADD's time. A `postrouting` that differs (first ADD, or
+//! changed by hand) is flushed and refilled in the same batch, so
+//! concurrent ADDs still leave one copy of each rule.
 
 use ipnetwork::IpNetwork;
+use libcni::nftables::userdata;
+use libcni::nftables::{
+    retry_if_vanished, BaseChain, Batch, CmpOp, Expr, Family, Hook, ListedRule, MetaKey,
+    NfTablesError, NfTablesSocket, PayloadBase, Rule, Verdict, HOOK_POSTROUTING, NFPROTO_IPV4,
+    NFPROTO_IPV6,
+};
 use libcni::plugin_conf::GcAttachment;
-use nix::errno::Errno;
 
 use super::names::{nft_instance_hash, nft_network_hash, nft_rule_comment};
-use libcni::nftables::{
-    BaseChain, Batch, Expr, Family, NfSocket, NfTablesError, Rule, Verdict, HOOK_POSTROUTING,
-    META_NFPROTO, NFPROTO_IPV4, NFPROTO_IPV6, PAYLOAD_NETWORK_HEADER,
-};
 
 pub const TABLE: &str = "cni_plugins_masquerade";
 pub const MASQ_CHAIN: &str = "masq_checks";
@@ -38,20 +48,24 @@ pub const POSTROUTING_CHAIN: &str = "postrouting";
 const TABLE_COMMENT: &str = "Masquerading for plugins from github.com/containernetworking/plugins";
 const MASQ_CHAIN_COMMENT: &str =
     "Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet";
-/// `srcnat`.
-const SRCNAT_PRIORITY: i32 = 100;
-
-/// A listing and a commit race with other writers: a rule listed may be
-/// gone when the batch deletes it (ENOENT). Listing again settles it.
-const ATTEMPTS: u32 = 3;
+/// `type nat hook postrouting priority srcnat`.
+const POSTROUTING: BaseChain = BaseChain {
+    chain_type: "nat",
+    hook: Hook {
+        number: HOOK_POSTROUTING,
+        priority: 100,
+    },
+    policy_accept: false,
+};
 
 /// Whether nf_tables answers in this namespace.
 pub(crate) fn usable() -> bool {
-    NfSocket::open().and_then(|mut s| s.probe()).is_ok()
+    NfTablesSocket::open().and_then(|mut s| s.probe()).is_ok()
 }
 
-/// ADD: (re)creates the table and chains, refills `postrouting`, replaces
-/// this attachment's rules with one per address.
+/// ADD: creates what is missing of the table and chains, refills
+/// `postrouting` if it differs, replaces this attachment's rules with one
+/// per address.
 pub(crate) fn setup(
     network: &str,
     ifname: &str,
@@ -60,35 +74,43 @@ pub(crate) fn setup(
 ) -> Result<(), NfTablesError> {
     let instance = nft_instance_hash(network, ifname, container_id);
     let comment = nft_rule_comment(network, ifname, container_id);
-    with_retry(|socket| {
-        let stale = rules_with_prefix(socket, instance.as_bytes())?;
+    let mut socket = NfTablesSocket::open()?;
+    retry_if_vanished(NfTablesError::errno, || {
+        let listed = socket.list_rules(Family::Inet, TABLE, None)?;
+        let masq_chain = socket.get_chain(Family::Inet, TABLE, MASQ_CHAIN)?;
+        let postrouting = socket.get_chain(Family::Inet, TABLE, POSTROUTING_CHAIN)?;
         let mut batch = Batch::new();
-        batch.add_table(Family::Inet, TABLE, Some(TABLE_COMMENT.as_bytes()));
-        batch.add_chain(
+        batch.add_table(
             Family::Inet,
             TABLE,
-            MASQ_CHAIN,
-            None,
-            Some(MASQ_CHAIN_COMMENT.as_bytes()),
+            Some(userdata::comment(TABLE_COMMENT.as_bytes())),
         );
-        batch.add_chain(
-            Family::Inet,
-            TABLE,
-            POSTROUTING_CHAIN,
-            Some(BaseChain {
-                chain_type: "nat",
-                hook: HOOK_POSTROUTING,
-                priority: SRCNAT_PRIORITY,
-                policy_accept: false,
-            }),
-            None,
-        );
-        batch.flush_chain(Family::Inet, TABLE, POSTROUTING_CHAIN);
-        for rule in postrouting_rules() {
-            batch.add_rule(Family::Inet, TABLE, POSTROUTING_CHAIN, &rule);
+        if masq_chain.is_none_or(|chain| chain.hook.is_some()) {
+            batch.add_chain(
+                Family::Inet,
+                TABLE,
+                MASQ_CHAIN,
+                None,
+                Some(userdata::comment(MASQ_CHAIN_COMMENT.as_bytes())),
+            );
         }
-        for handle in &stale {
-            batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, *handle);
+        if !postrouting.is_some_and(|chain| POSTROUTING.is_in_place(&chain)) {
+            batch.add_chain(
+                Family::Inet,
+                TABLE,
+                POSTROUTING_CHAIN,
+                Some(POSTROUTING),
+                None,
+            );
+        }
+        if !postrouting_current(&listed) {
+            batch.flush_chain(Family::Inet, TABLE, POSTROUTING_CHAIN);
+            for rule in postrouting_rules() {
+                batch.add_rule(Family::Inet, TABLE, POSTROUTING_CHAIN, &rule);
+            }
+        }
+        for rule in attachment_rules(&listed, instance.as_bytes()) {
+            batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
         for ip in ips {
             batch.add_rule(
@@ -98,7 +120,7 @@ pub(crate) fn setup(
                 &masquerade_rule(ip, &comment),
             );
         }
-        socket.commit(&batch)
+        socket.commit(batch)
     })
 }
 
@@ -109,12 +131,14 @@ pub(crate) fn teardown(
     container_id: &str,
 ) -> Result<(), NfTablesError> {
     let instance = nft_instance_hash(network, ifname, container_id);
-    with_retry(|socket| {
+    let mut socket = NfTablesSocket::open()?;
+    retry_if_vanished(NfTablesError::errno, || {
+        let listed = socket.list_rules(Family::Inet, TABLE, Some(MASQ_CHAIN))?;
         let mut batch = Batch::new();
-        for handle in rules_with_prefix(socket, instance.as_bytes())? {
-            batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, handle);
+        for rule in attachment_rules(&listed, instance.as_bytes()) {
+            batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
-        socket.commit(&batch)
+        socket.commit(batch)
     })
 }
 
@@ -125,44 +149,50 @@ pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), NfTablesEr
         .iter()
         .map(|a| nft_rule_comment(network, &a.ifname, &a.container_id))
         .collect();
-    with_retry(|socket| {
+    let mut socket = NfTablesSocket::open()?;
+    retry_if_vanished(NfTablesError::errno, || {
         let mut batch = Batch::new();
-        for rule in socket.list_rules(Family::Inet, TABLE, MASQ_CHAIN)? {
-            let Some(comment) = rule.comment else {
+        for rule in socket.list_rules(Family::Inet, TABLE, Some(MASQ_CHAIN))? {
+            let Some(comment) = rule.comment() else {
                 continue;
             };
-            if comment.starts_with(network_hash.as_bytes()) && !valid.contains(&comment) {
+            if comment.starts_with(network_hash.as_bytes()) && !valid.iter().any(|v| v == comment) {
                 batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
             }
         }
-        socket.commit(&batch)
+        socket.commit(batch)
     })
 }
 
-fn with_retry(
-    mut operation: impl FnMut(&mut NfSocket) -> Result<(), NfTablesError>,
-) -> Result<(), NfTablesError> {
-    let mut socket = NfSocket::open()?;
-    let mut attempt = 1;
-    loop {
-        match operation(&mut socket) {
-            Err(e) if e.errno() == Some(Errno::ENOENT) && attempt < ATTEMPTS => {
-                log::debug!("nftables: {e}; listing again");
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
+/// The `masq_checks` rules whose comment starts with `prefix`.
+fn attachment_rules<'a>(
+    listed: &'a [ListedRule],
+    prefix: &'a [u8],
+) -> impl Iterator<Item = &'a ListedRule> {
+    listed.iter().filter(move |r| {
+        r.chain == MASQ_CHAIN && r.comment().is_some_and(|c| c.starts_with(prefix))
+    })
 }
 
-/// Handles of the `masq_checks` rules whose comment starts with `prefix`.
-fn rules_with_prefix(socket: &mut NfSocket, prefix: &[u8]) -> Result<Vec<u64>, NfTablesError> {
-    Ok(socket
-        .list_rules(Family::Inet, TABLE, MASQ_CHAIN)?
+/// Whether `postrouting` holds exactly [`postrouting_rules`], in order,
+/// with nothing else (no comment either, as the reference writes them).
+fn postrouting_current(listed: &[ListedRule]) -> bool {
+    let present: Vec<Option<Vec<Expr>>> = listed
+        .iter()
+        .filter(|r| r.chain == POSTROUTING_CHAIN)
+        .map(|r| {
+            if r.userdata.is_empty() {
+                r.expressions()
+            } else {
+                None
+            }
+        })
+        .collect();
+    let wanted: Vec<Option<Vec<Expr>>> = postrouting_rules()
         .into_iter()
-        .filter(|r| r.comment.as_deref().is_some_and(|c| c.starts_with(prefix)))
-        .map(|r| r.handle)
-        .collect())
+        .map(|rule| Some(rule.exprs))
+        .collect();
+    present == wanted
 }
 
 /// `ip daddr == 224.0.0.0/4 return`, `ip6 daddr == ff00::/8 return`,
@@ -170,32 +200,26 @@ fn rules_with_prefix(socket: &mut NfSocket, prefix: &[u8]) -> Result<Vec<u64>, N
 fn postrouting_rules() -> Vec<Rule> {
     let mut v4 = nfproto(NFPROTO_IPV4);
     v4.extend(Expr::prefix_match(
-        PAYLOAD_NETWORK_HEADER,
+        PayloadBase::Network,
         16,
         &[224, 0, 0, 0],
         4,
-        true,
+        CmpOp::Eq,
     ));
     v4.push(Expr::Verdict(Verdict::Return));
     let mut v6 = nfproto(NFPROTO_IPV6);
     let mut ff00 = [0u8; 16];
     ff00[0] = 0xff;
     v6.extend(Expr::prefix_match(
-        PAYLOAD_NETWORK_HEADER,
+        PayloadBase::Network,
         24,
         &ff00,
         8,
-        true,
+        CmpOp::Eq,
     ));
     v6.push(Expr::Verdict(Verdict::Return));
     let goto = vec![Expr::Verdict(Verdict::Goto(MASQ_CHAIN.to_string()))];
-    [v4, v6, goto]
-        .into_iter()
-        .map(|exprs| Rule {
-            exprs,
-            comment: None,
-        })
-        .collect()
+    [v4, v6, goto].into_iter().map(Rule::new).collect()
 }
 
 /// `ip saddr == <ip> ip daddr != <subnet> masquerade comment "…"` (or ip6).
@@ -219,32 +243,29 @@ fn masquerade_rule(ip: &IpNetwork, comment: &[u8]) -> Rule {
     let full = (address.len() * 8) as u8;
     let mut exprs = nfproto(proto);
     exprs.extend(Expr::prefix_match(
-        PAYLOAD_NETWORK_HEADER,
+        PayloadBase::Network,
         saddr_offset,
         &address,
         full,
-        true,
+        CmpOp::Eq,
     ));
     exprs.extend(Expr::prefix_match(
-        PAYLOAD_NETWORK_HEADER,
+        PayloadBase::Network,
         daddr_offset,
         &subnet,
         ip.prefix(),
-        false,
+        CmpOp::Neq,
     ));
     exprs.push(Expr::Masquerade);
-    Rule {
-        exprs,
-        comment: Some(comment.to_vec()),
-    }
+    Rule::new(exprs).with_comment(comment)
 }
 
 /// The dependency `nft` adds to `ip …`/`ip6 …` matches in an inet table.
 fn nfproto(proto: u8) -> Vec<Expr> {
     vec![
-        Expr::Meta { key: META_NFPROTO },
+        Expr::Meta(MetaKey::Nfproto),
         Expr::Cmp {
-            equal: true,
+            op: CmpOp::Eq,
             data: vec![proto],
         },
     ]

@@ -19,23 +19,23 @@
 //! rule each. Container rules are found by their comment, the container
 //! ID, after listing only this table's rules, never the whole ruleset.
 //!
-//! Messages are built with `netlink-packet-netfilter` (MIT, the same
-//! netlink stack as libcni), whose `Expressions::Other` carries the
-//! expressions it has no type for (`fib`, `nat`, `masq`). rustables 0.9,
-//! the other candidate, cannot express `fib` through its public API (its
-//! expression enum is closed) and is GPL-3.0.
+//! Tables, chains, rules and listings go through libcni's nf_tables layer
+//! ([`libcni::nftables`]); this module holds the plan.
 //!
-//! Every transaction ends, when its socket closes, with the kernel
-//! waiting for the transaction's objects to be freed after an RCU grace
-//! period (the `NETLINK_URELEASE` notifier flushes nf_tables' destroy
-//! work). That wait, about 10 ms on the test VM, is most of an ADD's or
-//! DEL's time; every nftables client (the `nft` binary included) pays it.
+//! A transaction that deletes rules, or "creates" a chain that exists,
+//! ends, when its socket closes, with the kernel waiting for an RCU grace
+//! period (see [`libcni::nftables`]); that wait is most of a DEL's time.
+//! An ADD avoids it when nothing shared changes: existing chains are not
+//! sent again, and base chain rules carry a fingerprint
+//! ([`userdata::FINGERPRINT`]) of what they say, so current ones are not
+//! rewritten.
 //!
-//! Rules also carry the network name in a second userdata record (type
-//! [`UDATA_NETWORK`]) that `nft` and the reference ignore: GC uses it to
-//! touch only its own network's rules, and DEL to leave alone a container
-//! of the same ID in another network. Rules without it (made by the
-//! reference) are removed by DEL by comment alone, as the reference does.
+//! Rules also carry the network name in a second userdata record
+//! ([`userdata::NETWORK`]) that `nft` and the reference ignore: GC uses it
+//! to touch only its own network's rules, and DEL to leave alone a
+//! container of the same ID in another network. Rules without it (made by
+//! the reference) are removed by DEL by comment alone, as the reference
+//! does.
 
 pub mod conditions;
 pub mod rules;
@@ -44,17 +44,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
-use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, GenMessage, Hook, HookNumber, InetHookNumber, NfTablesMessage,
-    RuleAttribute, RuleMessage, TableAttribute, TableMessage,
+use libcni::nftables::userdata::{self, Userdata};
+use libcni::nftables::{
+    retry_if_vanished, BaseChain, Batch, Hook, NfTablesError, NfTablesSocket, Rule, HOOK_OUTPUT,
+    HOOK_POSTROUTING, HOOK_PREROUTING,
 };
-use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
 use nix::errno::Errno;
-use sha2::{Digest, Sha512};
 
 use crate::config::{ContainerIps, PortMapConf};
-use crate::nfnetlink::{attribute_string, attributes, BatchMessage, NfnlError, NfnlSocket};
 use crate::Family;
 use conditions::{parse_conditions, ConditionError};
 use rules::{Action, Direction, Matcher, RuleSpec};
@@ -74,52 +71,24 @@ pub const MASQUERADING_CHAIN: &str = "masquerading";
 pub const CONTAINER_CHAINS: [&str; 3] =
     [HOSTPORTS_CHAIN, HOSTIP_HOSTPORTS_CHAIN, MASQUERADING_CHAIN];
 
-/// `NFTNL_UDATA_RULE_COMMENT` / `NFTNL_UDATA_TABLE_COMMENT`.
-const UDATA_COMMENT: u8 = 0;
-/// Our record with the network name; far above libnftnl's own types
-/// (0 and 1 today), which `nft` skips when it does not know them.
-pub const UDATA_NETWORK: u8 = 0xc0;
-/// Our record with the fingerprint of a base chain rule.
-pub const UDATA_SPEC: u8 = 0xc1;
-/// `NFT_USERDATA_MAXLEN`.
-const MAX_USERDATA: usize = 256;
-
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_NEWRULE: u16 = 6;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_RULE_USERDATA: u16 = 7;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
-
 /// `NF_IP_PRI_NAT_DST` ("dstnat") and `NF_IP_PRI_NAT_SRC` ("srcnat").
 const DSTNAT_PRIORITY: i32 = -100;
 const SRCNAT_PRIORITY: i32 = 100;
-
-/// A transaction deleting listed rules fails with ENOENT when one of them
-/// went away in between (another DEL of the same container); it is then
-/// listed and tried again.
-const ATTEMPTS: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
     #[error(transparent)]
     Condition(#[from] ConditionError),
     #[error("unable to set up nftables rules for port mappings: {0}")]
-    Apply(#[source] NfnlError),
+    Apply(#[source] NfTablesError),
     #[error("error deleting nftables rules: {0}")]
-    Delete(#[source] NfnlError),
+    Delete(#[source] NfTablesError),
     #[error("could not list rules in table {TABLE}: {0}")]
-    List(#[source] NfnlError),
+    List(#[source] NfTablesError),
     #[error("cannot open nftables netlink socket: {0}")]
-    Open(#[source] NfnlError),
+    Open(#[source] NfTablesError),
     #[error("nftables is not usable: {0}")]
-    Unusable(#[source] NfnlError),
+    Unusable(#[source] NfTablesError),
     #[error("container ID of {0} bytes is too long for an nftables rule comment")]
     CommentTooLong(usize),
     #[error("missing hostport rules in {0:?} chain")]
@@ -130,48 +99,38 @@ impl NftError {
     pub fn is_config(&self) -> bool {
         matches!(self, NftError::Condition(_))
     }
-}
 
-fn protocol_family(family: Family) -> NetfilterProtoFamily {
-    match family {
-        Family::V4 => NetfilterProtoFamily::IPv4,
-        Family::V6 => NetfilterProtoFamily::IPv6,
+    fn errno(&self) -> Option<Errno> {
+        match self {
+            NftError::Apply(e)
+            | NftError::Delete(e)
+            | NftError::List(e)
+            | NftError::Open(e)
+            | NftError::Unusable(e) => e.errno(),
+            _ => None,
+        }
     }
 }
 
-fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMessage {
-    NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), inner)
-}
-
-/// Userdata records: type, length, value.
-fn push_record(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
-    out.push(kind);
-    out.push(value.len() as u8);
-    out.extend_from_slice(value);
-}
-
-fn nul_terminated(text: &str) -> Vec<u8> {
-    let mut bytes = text.as_bytes().to_vec();
-    bytes.push(0);
-    bytes
+/// The nf_tables family of an address family's table.
+fn nft_family(family: Family) -> libcni::nftables::Family {
+    match family {
+        Family::V4 => libcni::nftables::Family::Ip,
+        Family::V6 => libcni::nftables::Family::Ip6,
+    }
 }
 
 /// The userdata of a container rule: the comment `nft` shows, then the
 /// network name when it fits.
 pub fn rule_userdata(comment: &str, network: &str) -> Result<Vec<u8>, NftError> {
-    let comment = nul_terminated(comment);
-    if comment.len() > usize::from(u8::MAX) || comment.len() + 2 > MAX_USERDATA {
-        return Err(NftError::CommentTooLong(comment.len() - 1));
+    let mut data = Userdata::new();
+    if !data.push_text(userdata::COMMENT, comment) {
+        return Err(NftError::CommentTooLong(comment.len()));
     }
-    let mut out = Vec::with_capacity(MAX_USERDATA);
-    push_record(&mut out, UDATA_COMMENT, &comment);
-    let network = nul_terminated(network);
-    if network.len() <= usize::from(u8::MAX) && out.len() + 2 + network.len() <= MAX_USERDATA {
-        push_record(&mut out, UDATA_NETWORK, &network);
-    } else {
+    if !data.push_text(userdata::NETWORK, network) {
         log::warn!("network name too long to be recorded in the rule; GC will not see the rule");
     }
-    Ok(out)
+    Ok(data.into_bytes())
 }
 
 /// The records of a rule's userdata this plugin reads.
@@ -185,43 +144,27 @@ pub struct RuleTags {
     pub spec: Option<String>,
 }
 
-pub fn parse_rule_userdata(mut bytes: &[u8]) -> RuleTags {
-    let mut tags = RuleTags::default();
-    while let [kind, len, rest @ ..] = bytes {
-        let Some(value) = rest.get(..usize::from(*len)) else {
-            break;
-        };
-        let text = || {
-            let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
-            String::from_utf8_lossy(value.get(..end).unwrap_or_default()).into_owned()
-        };
-        match *kind {
-            UDATA_COMMENT => tags.comment = Some(text()),
-            UDATA_NETWORK => tags.network = Some(text()),
-            UDATA_SPEC => tags.spec = Some(text()),
-            _ => {}
-        }
-        bytes = rest.get(usize::from(*len)..).unwrap_or_default();
+pub fn parse_rule_userdata(bytes: &[u8]) -> RuleTags {
+    let text = |kind| userdata::find(bytes, kind).map(userdata::text);
+    RuleTags {
+        comment: text(userdata::COMMENT),
+        network: text(userdata::NETWORK),
+        spec: text(userdata::FINGERPRINT),
     }
-    tags
 }
 
 /// What a base chain rule says, as a short hash of its text: a rule
 /// carrying the fingerprint of the rule an ADD would write needs no
 /// rewriting.
 pub fn spec_fingerprint(rule: &RuleSpec) -> String {
-    let digest = Sha512::digest(format!("{} {}", rule.chain, rule.nft_text()).as_bytes());
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    userdata::fingerprint(&format!("{} {}", rule.chain, rule.nft_text()))
 }
 
 fn spec_userdata(rule: &RuleSpec) -> Vec<u8> {
-    let mut out = Vec::new();
-    push_record(
-        &mut out,
-        UDATA_SPEC,
-        &nul_terminated(&spec_fingerprint(rule)),
-    );
-    out
+    let mut data = Userdata::new();
+    // 32 hex digits always fit.
+    data.push_text(userdata::FINGERPRINT, &spec_fingerprint(rule));
+    data.into_bytes()
 }
 
 /// A rule of our table as listed.
@@ -244,20 +187,8 @@ impl ListedRule {
             && CONTAINER_CHAINS.contains(&self.chain.as_str())
     }
 
-    fn delete_message(&self) -> BatchMessage {
-        BatchMessage {
-            message: message(
-                protocol_family(self.family),
-                NfTablesMessage::DeleteRule(RuleMessage {
-                    attributes: vec![
-                        RuleAttribute::Table(TABLE.to_string()),
-                        RuleAttribute::Chain(self.chain.clone()),
-                        RuleAttribute::Handle(self.handle),
-                    ],
-                }),
-            ),
-            flags: 0,
-        }
+    fn delete(&self, batch: &mut Batch) {
+        batch.delete_rule(nft_family(self.family), TABLE, &self.chain, self.handle);
     }
 }
 
@@ -419,175 +350,90 @@ impl FamilyPlan {
     /// and closing the socket waits for that (about 10 ms on the test
     /// VM, more than all the rest of an ADD); so both happen only when
     /// something has to change.
-    fn setup_messages(
-        &self,
-        listed: &[ListedRule],
-        existing: &ExistingChains,
-    ) -> Vec<BatchMessage> {
-        let family = protocol_family(self.family);
-        let mut out = Vec::new();
-        let mut table_comment = Vec::new();
-        push_record(
-            &mut table_comment,
-            UDATA_COMMENT,
-            &nul_terminated(TABLE_COMMENT),
-        );
+    fn add_setup(&self, batch: &mut Batch, listed: &[ListedRule], existing: &ExistingChains) {
+        let family = nft_family(self.family);
         // Creating an existing table is free; creating an existing chain
         // is not (see `base_chains_current`), so chains already in place
         // with the right hook are left out.
-        out.push(BatchMessage {
-            message: message(
-                family,
-                NfTablesMessage::NewTable(TableMessage {
-                    attributes: vec![
-                        TableAttribute::Name(TABLE.to_string()),
-                        TableAttribute::UserData(table_comment),
-                    ],
-                }),
-            ),
-            flags: NLM_F_CREATE,
-        });
-        let mut chains: Vec<(&str, Option<(InetHookNumber, i32)>)> = vec![
+        batch.add_table(
+            family,
+            TABLE,
+            Some(userdata::comment(TABLE_COMMENT.as_bytes())),
+        );
+        let mut chains: Vec<(&str, Option<Hook>)> = vec![
             (HOSTPORTS_CHAIN, None),
             (HOSTIP_HOSTPORTS_CHAIN, None),
             (HOSTPORTS_ALL_CHAIN, None),
             (
                 PREROUTING_CHAIN,
-                Some((InetHookNumber::PreRouting, DSTNAT_PRIORITY)),
+                Some(nat_hook(HOOK_PREROUTING, DSTNAT_PRIORITY)),
             ),
-            (
-                OUTPUT_CHAIN,
-                Some((InetHookNumber::LocalOut, DSTNAT_PRIORITY)),
-            ),
+            (OUTPUT_CHAIN, Some(nat_hook(HOOK_OUTPUT, DSTNAT_PRIORITY))),
         ];
         if self.snat {
             chains.push((
                 MASQUERADING_CHAIN,
-                Some((InetHookNumber::PostRouting, SRCNAT_PRIORITY)),
+                Some(nat_hook(HOOK_POSTROUTING, SRCNAT_PRIORITY)),
             ));
         }
         for (chain, hook) in chains {
-            let wanted = hook.map(|(number, priority)| (u32::from(number), priority));
+            let wanted = hook.map(|h| (h.number, h.priority));
             if existing.get(chain) != Some(&wanted) {
-                out.push(new_chain(family, chain, hook));
+                let base = hook.map(|hook| BaseChain {
+                    chain_type: "nat",
+                    hook,
+                    policy_accept: false,
+                });
+                batch.add_chain(family, TABLE, chain, base, None);
             }
         }
         if self.base_chains_current(listed) {
-            return out;
+            return;
         }
         // Emptied and refilled in the same transaction, so concurrent
         // ADDs always leave exactly one copy of each rule.
         for chain in [HOSTPORTS_ALL_CHAIN, PREROUTING_CHAIN, OUTPUT_CHAIN] {
-            out.push(flush_chain(family, chain));
+            batch.flush_chain(family, TABLE, chain);
         }
         for rule in &self.base_rules {
-            out.push(new_rule(rule, Some(spec_userdata(rule))));
-        }
-        out
-    }
-}
-
-/// The hook number and priority of a listed chain, if it is a base chain.
-fn chain_hook(attrs: &[u8]) -> Option<(u32, i32)> {
-    let (_, hook) = attributes(attrs).find(|(kind, _)| *kind == NFTA_CHAIN_HOOK)?;
-    let mut number = None;
-    let mut priority = None;
-    for (kind, value) in attributes(hook) {
-        let value = <[u8; 4]>::try_from(value).ok();
-        match kind {
-            NFTA_HOOK_HOOKNUM => number = value.map(u32::from_be_bytes),
-            NFTA_HOOK_PRIORITY => priority = value.map(i32::from_be_bytes),
-            _ => {}
+            add_rule(batch, rule, Some(spec_userdata(rule)));
         }
     }
-    Some((number?, priority?))
 }
 
-fn new_chain(
-    family: NetfilterProtoFamily,
-    name: &str,
-    hook: Option<(InetHookNumber, i32)>,
-) -> BatchMessage {
-    let mut attributes = vec![
-        ChainAttribute::Table(TABLE.to_string()),
-        ChainAttribute::Name(name.to_string()),
-    ];
-    if let Some((number, priority)) = hook {
-        attributes.push(ChainAttribute::Hook(vec![
-            Hook::Number(HookNumber::Inet(number)),
-            // The kernel reads the priority as a big-endian s32.
-            Hook::Priority(priority as u32),
-        ]));
-        attributes.push(ChainAttribute::Type("nat".to_string()));
-    }
-    BatchMessage {
-        message: message(
-            family,
-            NfTablesMessage::NewChain(ChainMessage { attributes }),
-        ),
-        // No NLM_F_EXCL: an existing chain is left as it is.
-        flags: NLM_F_CREATE,
-    }
+fn nat_hook(number: u32, priority: i32) -> Hook {
+    Hook { number, priority }
 }
 
-/// A rule deletion naming only the chain empties the chain.
-fn flush_chain(family: NetfilterProtoFamily, chain: &str) -> BatchMessage {
-    BatchMessage {
-        message: message(
-            family,
-            NfTablesMessage::DeleteRule(RuleMessage {
-                attributes: vec![
-                    RuleAttribute::Table(TABLE.to_string()),
-                    RuleAttribute::Chain(chain.to_string()),
-                ],
-            }),
-        ),
-        flags: 0,
-    }
-}
-
-fn new_rule(rule: &RuleSpec, userdata: Option<Vec<u8>>) -> BatchMessage {
-    let mut attributes = vec![
-        RuleAttribute::Table(TABLE.to_string()),
-        RuleAttribute::Chain(rule.chain.to_string()),
-        RuleAttribute::Expressions(rule.expressions()),
-    ];
-    if let Some(userdata) = userdata {
-        attributes.push(RuleAttribute::UserData(userdata));
-    }
-    BatchMessage {
-        message: message(
-            protocol_family(rule.family),
-            NfTablesMessage::NewRule(RuleMessage { attributes }),
-        ),
-        flags: NLM_F_CREATE | NLM_F_APPEND,
-    }
+fn add_rule(batch: &mut Batch, rule: &RuleSpec, userdata: Option<Vec<u8>>) {
+    batch.add_rule(
+        nft_family(rule.family),
+        TABLE,
+        rule.chain,
+        &Rule {
+            exprs: rule.expressions(),
+            userdata,
+        },
+    );
 }
 
 /// The nftables backend over one netlink socket.
 #[derive(Debug)]
 pub struct NftMapper {
-    socket: NfnlSocket,
+    socket: NfTablesSocket,
 }
 
 impl NftMapper {
     pub fn open() -> Result<NftMapper, NftError> {
         Ok(NftMapper {
-            socket: NfnlSocket::open().map_err(NftError::Open)?,
+            socket: NfTablesSocket::open().map_err(NftError::Open)?,
         })
     }
 
     /// Whether nf_tables answers here (asks for the ruleset generation,
     /// which lists nothing).
     pub fn probe(&mut self) -> Result<(), NftError> {
-        self.socket
-            .request_ack(message(
-                NetfilterProtoFamily::Unspec,
-                NfTablesMessage::GetGen(GenMessage {
-                    attributes: Vec::new(),
-                }),
-            ))
-            .map_err(NftError::Unusable)
+        self.socket.probe().map_err(NftError::Unusable)
     }
 
     /// The rules of table `cni_hostport` in both families: one dump per
@@ -597,64 +443,21 @@ impl NftMapper {
     pub fn list_rules(&mut self) -> Result<Vec<ListedRule>, NftError> {
         let mut rules = Vec::new();
         for family in Family::ALL {
-            rules.extend(self.list_family_rules(family)?);
-        }
-        Ok(rules)
-    }
-
-    fn list_family_rules(&mut self, family: Family) -> Result<Vec<ListedRule>, NftError> {
-        let request = message(
-            protocol_family(family),
-            NfTablesMessage::GetRule(RuleMessage {
-                attributes: vec![RuleAttribute::Table(TABLE.to_string())],
-            }),
-        );
-        let replies = match self.socket.dump(request) {
-            Ok(replies) => replies,
-            Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
-            Err(e) => return Err(NftError::List(e)),
-        };
-        let mut rules = Vec::new();
-        for reply in replies {
-            if reply.message_type != (NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE) {
-                continue;
-            }
-            let reply_family = match reply.family {
-                NFPROTO_IPV4 => Family::V4,
-                NFPROTO_IPV6 => Family::V6,
-                _ => continue,
-            };
-            if reply_family != family {
-                continue;
-            }
-            let mut table = String::new();
-            let mut chain = String::new();
-            let mut handle = None;
-            let mut userdata: &[u8] = &[];
-            for (kind, value) in attributes(&reply.attributes) {
-                match kind {
-                    NFTA_RULE_TABLE => table = attribute_string(value),
-                    NFTA_RULE_CHAIN => chain = attribute_string(value),
-                    NFTA_RULE_HANDLE => {
-                        handle = <[u8; 8]>::try_from(value).ok().map(u64::from_be_bytes)
-                    }
-                    NFTA_RULE_USERDATA => userdata = value,
-                    _ => {}
+            let listed = self
+                .socket
+                .list_rules(nft_family(family), TABLE, None)
+                .map_err(NftError::List)?;
+            rules.extend(listed.into_iter().map(|rule| {
+                let tags = parse_rule_userdata(&rule.userdata);
+                ListedRule {
+                    family,
+                    chain: rule.chain,
+                    handle: rule.handle,
+                    comment: tags.comment,
+                    network: tags.network,
+                    spec: tags.spec,
                 }
-            }
-            let Some(handle) = handle else { continue };
-            if table != TABLE {
-                continue;
-            }
-            let tags = parse_rule_userdata(userdata);
-            rules.push(ListedRule {
-                family,
-                chain,
-                handle,
-                comment: tags.comment,
-                network: tags.network,
-                spec: tags.spec,
-            });
+            }));
         }
         Ok(rules)
     }
@@ -671,25 +474,13 @@ impl NftMapper {
             OUTPUT_CHAIN,
             MASQUERADING_CHAIN,
         ] {
-            let request = message(
-                protocol_family(family),
-                NfTablesMessage::GetChain(ChainMessage {
-                    attributes: vec![
-                        ChainAttribute::Table(TABLE.to_string()),
-                        ChainAttribute::Name(name.to_string()),
-                    ],
-                }),
-            );
-            let replies = match self.socket.get(request) {
-                Ok(replies) => replies,
-                Err(e) if e.errno() == Some(Errno::ENOENT) => continue,
-                Err(e) => return Err(NftError::List(e)),
-            };
-            for reply in replies {
-                if reply.message_type != (NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWCHAIN) {
-                    continue;
-                }
-                chains.insert(name.to_string(), chain_hook(&reply.attributes));
+            let chain = self
+                .socket
+                .get_chain(nft_family(family), TABLE, name)
+                .map_err(NftError::List)?;
+            if let Some(chain) = chain {
+                let hook = chain.hook.map(|h| (h.number, h.priority));
+                chains.insert(name.to_string(), hook);
             }
         }
         Ok(chains)
@@ -709,36 +500,31 @@ impl NftMapper {
             .map(|(_, ip)| FamilyPlan::new(conf, container_id, ip))
             .collect::<Result<Vec<_>, _>>()?;
         let userdata = rule_userdata(container_id, &conf.network)?;
-        let mut attempt = 1;
-        loop {
+        // ENOENT: something listed went away meanwhile (a rule deleted,
+        // the table flushed by hand); look again.
+        retry_if_vanished(NftError::errno, || {
             let listed = self.list_rules()?;
             let mut existing = Vec::new();
             for plan in &plans {
                 existing.push(self.existing_chains(plan.family)?);
             }
-            let stale: Vec<&ListedRule> = listed
+            let mut batch = Batch::new();
+            for (plan, existing) in plans.iter().zip(&existing) {
+                plan.add_setup(&mut batch, &listed, existing);
+            }
+            for rule in listed
                 .iter()
                 .filter(|r| r.belongs_to(&conf.network, container_id))
-                .collect();
-            let mut messages = Vec::new();
-            for (plan, existing) in plans.iter().zip(&existing) {
-                messages.extend(plan.setup_messages(&listed, existing));
+            {
+                rule.delete(&mut batch);
             }
-            messages.extend(stale.iter().map(|r| r.delete_message()));
             for plan in &plans {
                 for rule in &plan.container_rules {
-                    messages.push(new_rule(rule, Some(userdata.clone())));
+                    add_rule(&mut batch, rule, Some(userdata.clone()));
                 }
             }
-            // ENOENT: something listed went away meanwhile (a rule deleted,
-            // the table flushed by hand); look again.
-            match self.socket.transaction(messages) {
-                Err(e) if e.errno() == Some(Errno::ENOENT) && attempt < ATTEMPTS => {
-                    attempt += 1;
-                }
-                result => return result.map_err(NftError::Apply),
-            }
-        }
+            self.socket.commit(batch).map_err(NftError::Apply)
+        })
     }
 
     /// Deletes the container's rules in both families; nothing to delete
@@ -757,22 +543,13 @@ impl NftMapper {
     }
 
     fn delete_where(&mut self, doomed: impl Fn(&ListedRule) -> bool) -> Result<(), NftError> {
-        let mut attempt = 1;
-        loop {
-            let messages: Vec<BatchMessage> = self
-                .list_rules()?
-                .iter()
-                .filter(|r| doomed(r))
-                .map(ListedRule::delete_message)
-                .collect();
-            if messages.is_empty() {
-                return Ok(());
+        retry_if_vanished(NftError::errno, || {
+            let mut batch = Batch::new();
+            for rule in self.list_rules()?.iter().filter(|r| doomed(r)) {
+                rule.delete(&mut batch);
             }
-            match self.socket.transaction(messages) {
-                Err(e) if e.errno() == Some(Errno::ENOENT) && attempt < ATTEMPTS => attempt += 1,
-                result => return result.map_err(NftError::Delete),
-            }
-        }
+            self.socket.commit(batch).map_err(NftError::Delete)
+        })
     }
 
     /// Counts the container's rules, as the reference does: one per

@@ -1,35 +1,26 @@
 //! nf_tables rules as data: what a rule matches and does, how `nft list`
 //! prints it (for tests against the reference's expected dumps), and the
-//! netlink expressions the kernel gets.
+//! expressions ([`Expr`]) the kernel gets.
 //!
-//! The expressions are the ones `nft` itself generates for the same rule
-//! text (checked with `nft --debug=netlink`), so `nft list ruleset` shows
-//! our rules exactly as it shows the reference's.
+//! The expressions print, in `nft list ruleset`, exactly as the
+//! reference's rules do.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::DefaultNla;
-use netlink_packet_netfilter::nftables::{
-    Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, Immediate, ListAttribute, Meta,
-    MetaKey, Operator, Payload, Register, Verdict, VerdictAttribute,
-};
+use libcni::nftables::{DataRegister, Expr, MetaKey, PayloadBase, Verdict, IFNAMSIZ};
 
 use crate::config::Protocol;
 use crate::Family;
+
+pub use libcni::nftables::CmpOp;
 
 /// Where an address or port is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     Source,
     Destination,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmpOp {
-    Eq,
-    Neq,
 }
 
 /// One match of a rule.
@@ -73,28 +64,8 @@ pub struct RuleSpec {
     pub comment: Option<String>,
 }
 
-// Linux uapi values (nf_tables.h, netfilter.h, rtnetlink.h).
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFTA_FIB_DREG: u16 = 1;
-const NFTA_FIB_RESULT: u16 = 2;
-const NFTA_FIB_FLAGS: u16 = 3;
-const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
-const NFTA_FIB_F_DADDR: u32 = 1 << 1;
+/// `RTN_LOCAL` (rtnetlink.h), the route type `fib daddr type local` wants.
 const RTN_LOCAL: u32 = 2;
-const NFTA_NAT_TYPE: u16 = 1;
-const NFTA_NAT_FAMILY: u16 = 2;
-const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
-const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
-const NFTA_NAT_FLAGS: u16 = 7;
-const NFT_NAT_DNAT: u32 = 1;
-const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
-const NFPROTO_IPV4: u32 = 2;
-const NFPROTO_IPV6: u32 = 10;
-const NFT_REG_1: u32 = 1;
-const NFT_REG_2: u32 = 2;
-/// `IFNAMSIZ`: an exact interface name is compared with its NUL padding.
-const IFNAMSIZ: usize = 16;
 
 impl Family {
     /// The keyword of the family's address matches (`ip`, `ip6`).
@@ -115,10 +86,10 @@ impl Family {
         }
     }
 
-    fn nfproto(self) -> u32 {
+    fn nft_family(self) -> libcni::nftables::Family {
         match self {
-            Family::V4 => NFPROTO_IPV4,
-            Family::V6 => NFPROTO_IPV6,
+            Family::V4 => libcni::nftables::Family::Ip,
+            Family::V6 => libcni::nftables::Family::Ip6,
         }
     }
 }
@@ -176,7 +147,7 @@ impl Matcher {
         }
     }
 
-    fn expressions(&self, family: Family, out: &mut Vec<ListAttribute<ExpressionAttribute>>) {
+    fn expressions(&self, family: Family, out: &mut Vec<Expr>) {
         match self {
             Matcher::Address {
                 direction,
@@ -184,21 +155,38 @@ impl Matcher {
                 network,
             } => {
                 let (offset, len) = family.address_field(*direction);
-                out.push(payload(NFT_PAYLOAD_NETWORK_HEADER, offset, len));
+                out.push(Expr::Payload {
+                    base: PayloadBase::Network,
+                    offset,
+                    len,
+                });
                 if network.prefix() < family.max_prefix() {
                     let mask = match network.mask() {
                         IpAddr::V4(m) => m.octets().to_vec(),
                         IpAddr::V6(m) => m.octets().to_vec(),
                     };
-                    out.push(bitwise_mask(len, mask));
+                    out.push(Expr::Mask(mask));
                 }
-                out.push(cmp(*op, address_bytes(network.network())));
+                out.push(Expr::Cmp {
+                    op: *op,
+                    data: address_bytes(network.network()),
+                });
             }
             Matcher::DestinationPort { protocol, port } => {
-                out.push(meta_load(MetaKey::L4Proto));
-                out.push(cmp(CmpOp::Eq, vec![protocol.number()]));
-                out.push(payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2));
-                out.push(cmp(CmpOp::Eq, port.to_be_bytes().to_vec()));
+                out.push(Expr::Meta(MetaKey::L4Proto));
+                out.push(Expr::Cmp {
+                    op: CmpOp::Eq,
+                    data: vec![protocol.number()],
+                });
+                out.push(Expr::Payload {
+                    base: PayloadBase::Transport,
+                    offset: 2,
+                    len: 2,
+                });
+                out.push(Expr::Cmp {
+                    op: CmpOp::Eq,
+                    data: port.to_be_bytes().to_vec(),
+                });
             }
             Matcher::InterfaceName {
                 direction,
@@ -210,24 +198,24 @@ impl Matcher {
                     Direction::Source => MetaKey::Iifname,
                     Direction::Destination => MetaKey::Oifname,
                 };
-                out.push(meta_load(key));
+                out.push(Expr::Meta(key));
                 let mut value = name.as_bytes().to_vec();
+                // An exact name is compared with its NUL padding.
                 if !*prefix {
                     value.resize(IFNAMSIZ, 0);
                 }
-                out.push(cmp(*op, value));
+                out.push(Expr::Cmp {
+                    op: *op,
+                    data: value,
+                });
             }
             Matcher::LocalDestination => {
-                out.push(other_expression(
-                    "fib",
-                    vec![
-                        u32_attribute(NFTA_FIB_DREG, NFT_REG_1),
-                        u32_attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
-                        u32_attribute(NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR),
-                    ],
-                ));
+                out.push(Expr::FibDaddrType);
                 // The address type is stored in host byte order.
-                out.push(cmp(CmpOp::Eq, RTN_LOCAL.to_ne_bytes().to_vec()));
+                out.push(Expr::Cmp {
+                    op: CmpOp::Eq,
+                    data: RTN_LOCAL.to_ne_bytes().to_vec(),
+                });
             }
         }
     }
@@ -245,30 +233,23 @@ impl Action {
         }
     }
 
-    fn expressions(&self, family: Family, out: &mut Vec<ListAttribute<ExpressionAttribute>>) {
+    fn expressions(&self, family: Family, out: &mut Vec<Expr>) {
         match self {
-            Action::Jump(chain) => out.push(ListAttribute::from(Expressions::Immediate(vec![
-                Immediate::DestinationRegister(Register::Verdict),
-                Immediate::Data(DataAttribute::Verdict(vec![
-                    VerdictAttribute::Code(Verdict::Jump),
-                    VerdictAttribute::Chain(chain.to_string()),
-                ])),
-            ]))),
+            Action::Jump(chain) => out.push(Expr::Verdict(Verdict::Jump(chain.to_string()))),
             Action::DnatTo { address, port } => {
-                out.push(immediate(Register::Reg1, address_bytes(*address)));
-                out.push(immediate(Register::Reg2, port.to_be_bytes().to_vec()));
-                out.push(other_expression(
-                    "nat",
-                    vec![
-                        u32_attribute(NFTA_NAT_TYPE, NFT_NAT_DNAT),
-                        u32_attribute(NFTA_NAT_FAMILY, family.nfproto()),
-                        u32_attribute(NFTA_NAT_REG_ADDR_MIN, NFT_REG_1),
-                        u32_attribute(NFTA_NAT_REG_PROTO_MIN, NFT_REG_2),
-                        u32_attribute(NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
-                    ],
-                ));
+                out.push(Expr::Immediate {
+                    register: DataRegister::Reg1,
+                    data: address_bytes(*address),
+                });
+                out.push(Expr::Immediate {
+                    register: DataRegister::Reg2,
+                    data: port.to_be_bytes().to_vec(),
+                });
+                out.push(Expr::Dnat {
+                    family: family.nft_family(),
+                });
             }
-            Action::Masquerade => out.push(other_expression("masq", Vec::new())),
+            Action::Masquerade => out.push(Expr::Masquerade),
         }
     }
 }
@@ -299,8 +280,8 @@ impl RuleSpec {
         )
     }
 
-    /// The rule's netlink expressions.
-    pub fn expressions(&self) -> Vec<ListAttribute<ExpressionAttribute>> {
+    /// The rule's expressions.
+    pub fn expressions(&self) -> Vec<Expr> {
         let mut out = Vec::new();
         for matcher in &self.matchers {
             matcher.expressions(self.family, &mut out);
@@ -308,66 +289,6 @@ impl RuleSpec {
         self.action.expressions(self.family, &mut out);
         out
     }
-}
-
-fn payload(base: u32, offset: u32, len: u32) -> ListAttribute<ExpressionAttribute> {
-    ListAttribute::from(Expressions::Payload(vec![
-        Payload::DestinationRegister(Register::Reg1),
-        Payload::Base(base),
-        Payload::Offset(offset),
-        Payload::Len(len),
-    ]))
-}
-
-fn bitwise_mask(len: u32, mask: Vec<u8>) -> ListAttribute<ExpressionAttribute> {
-    let zeros = vec![0u8; mask.len()];
-    ListAttribute::from(Expressions::Bitwise(vec![
-        Bitwise::SourceRegister(Register::Reg1),
-        Bitwise::DestinationRegister(Register::Reg1),
-        Bitwise::Length(len),
-        Bitwise::Mask(DataAttribute::Value(mask)),
-        Bitwise::Xor(DataAttribute::Value(zeros)),
-    ]))
-}
-
-fn cmp(op: CmpOp, value: Vec<u8>) -> ListAttribute<ExpressionAttribute> {
-    let operator = match op {
-        CmpOp::Eq => Operator::Equal,
-        CmpOp::Neq => Operator::NotEqual,
-    };
-    ListAttribute::from(Expressions::Cmp(vec![
-        Cmp::SourceRegister(Register::Reg1),
-        Cmp::Op(operator),
-        Cmp::Data(DataAttribute::Value(value)),
-    ]))
-}
-
-fn meta_load(key: MetaKey) -> ListAttribute<ExpressionAttribute> {
-    ListAttribute::from(Expressions::Meta(vec![
-        Meta::DestinationRegister(Register::Reg1),
-        Meta::Key(key),
-    ]))
-}
-
-fn immediate(register: Register, value: Vec<u8>) -> ListAttribute<ExpressionAttribute> {
-    ListAttribute::from(Expressions::Immediate(vec![
-        Immediate::DestinationRegister(register),
-        Immediate::Data(DataAttribute::Value(value)),
-    ]))
-}
-
-/// An expression the netlink library has no type for (`fib`, `nat`,
-/// `masq`): its name and raw attributes.
-fn other_expression(name: &str, attributes: Vec<DefaultNla>) -> ListAttribute<ExpressionAttribute> {
-    ListAttribute::from(Expressions::Other {
-        expression_type: name.to_string(),
-        attributes,
-    })
-}
-
-/// nf_tables integers are big-endian.
-fn u32_attribute(kind: u16, value: u32) -> DefaultNla {
-    DefaultNla::new(kind, value.to_be_bytes().to_vec())
 }
 
 #[cfg(test)]

@@ -2,6 +2,20 @@
 
 use super::*;
 use crate::config::{BackendChoice, BackendKind, PortMapping, Protocol};
+use libcni::netlink::BatchMessage;
+use netlink_packet_netfilter::nftables::NfTablesMessage;
+use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
+
+/// The messages of the setup part of an ADD's batch.
+fn setup_messages(
+    plan: &FamilyPlan,
+    listed: &[ListedRule],
+    existing: &ExistingChains,
+) -> Vec<BatchMessage<NetfilterMessage>> {
+    let mut batch = Batch::new();
+    plan.add_setup(&mut batch, listed, existing);
+    batch.messages().to_vec()
+}
 
 const ID: &str = "icee6giejonei6so";
 
@@ -96,11 +110,13 @@ fn ipv6_rules_without_snat_match_the_reference_dump() {
     );
     assert!(!plan.snat);
     // No masquerading chain without SNAT.
-    let chains = plan.setup_messages(&[], &ExistingChains::new()).len();
-    let with_snat = FamilyPlan::new(&reference_conf(), ID, "2001:db8::2/64".parse().unwrap())
-        .unwrap()
-        .setup_messages(&[], &ExistingChains::new())
-        .len();
+    let chains = setup_messages(&plan, &[], &ExistingChains::new()).len();
+    let with_snat = setup_messages(
+        &FamilyPlan::new(&reference_conf(), ID, "2001:db8::2/64".parse().unwrap()).unwrap(),
+        &[],
+        &ExistingChains::new(),
+    )
+    .len();
     assert_eq!(with_snat, chains + 1);
 }
 
@@ -136,11 +152,10 @@ fn unsupported_conditions_are_config_errors() {
 #[test]
 fn setup_creates_table_chains_and_refills_base_chains() {
     let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
-    let kinds: Vec<String> = plan
-        .setup_messages(&[], &ExistingChains::new())
+    let kinds: Vec<String> = setup_messages(&plan, &[], &ExistingChains::new())
         .iter()
         .map(|m| match &m.message.inner {
-            netlink_packet_netfilter::NetfilterMessageInner::NfTables(inner) => {
+            NetfilterMessageInner::NfTables(inner) => {
                 format!("{:?}", inner.message_type())
             }
             other => format!("{other:?}"),
@@ -166,8 +181,7 @@ fn setup_creates_table_chains_and_refills_base_chains() {
         ]
     );
     // Creation never uses NLM_F_EXCL, so an existing table or chain is fine.
-    assert!(plan
-        .setup_messages(&[], &ExistingChains::new())
+    assert!(setup_messages(&plan, &[], &ExistingChains::new())
         .iter()
         .all(|m| m.flags & netlink_packet_core::NLM_F_EXCL == 0));
 }
@@ -237,14 +251,12 @@ fn base_chains_are_rewritten_only_when_they_differ() {
         .map(|r| listed_rule(Family::V4, r, Some(spec_fingerprint(r))))
         .collect();
     let flushes = |listed: &[ListedRule]| {
-        plan.setup_messages(listed, &ExistingChains::new())
+        setup_messages(&plan, listed, &ExistingChains::new())
             .iter()
             .filter(|m| {
                 matches!(
                     &m.message.inner,
-                    netlink_packet_netfilter::NetfilterMessageInner::NfTables(
-                        NfTablesMessage::DeleteRule(_)
-                    )
+                    NetfilterMessageInner::NfTables(NfTablesMessage::DeleteRule(_))
                 )
             })
             .count()
@@ -284,14 +296,12 @@ fn base_chains_are_rewritten_only_when_they_differ() {
 fn existing_chains_are_not_created_again() {
     let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
     let new_chains = |existing: &ExistingChains| {
-        plan.setup_messages(&[], existing)
+        setup_messages(&plan, &[], existing)
             .iter()
             .filter(|m| {
                 matches!(
                     &m.message.inner,
-                    netlink_packet_netfilter::NetfilterMessageInner::NfTables(
-                        NfTablesMessage::NewChain(_)
-                    )
+                    NetfilterMessageInner::NfTables(NfTablesMessage::NewChain(_))
                 )
             })
             .count()
@@ -314,26 +324,4 @@ fn existing_chains_are_not_created_again() {
     existing.insert(PREROUTING_CHAIN.to_string(), None);
     existing.insert(OUTPUT_CHAIN.to_string(), Some((3, 0)));
     assert_eq!(new_chains(&existing), 2);
-}
-
-#[test]
-fn chain_hooks_are_read_from_listings() {
-    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
-    let hook = [
-        nla(1, &3u32.to_be_bytes()),
-        nla(2, &(-100i32).to_be_bytes()),
-    ]
-    .concat();
-    let attrs = [nla(1, b"cni_hostport\0"), nla(4 | 0x8000, &hook)].concat();
-    assert_eq!(chain_hook(&attrs), Some((3, -100)));
-    assert_eq!(chain_hook(&nla(1, b"cni_hostport\0")), None);
-    assert_eq!(chain_hook(&[0xff]), None);
 }

@@ -1,5 +1,5 @@
 use super::*;
-use netlink_packet_core::Emitable;
+use libcni::nftables::Family as NftFamily;
 
 fn address(direction: Direction, op: CmpOp, text: &str) -> Matcher {
     Matcher::Address {
@@ -63,22 +63,10 @@ fn text_matches_nft_listing() {
     );
 }
 
-/// The expressions as (name, attributes emitted) pairs, for comparing
-/// with what `nft --debug=netlink` shows for the same rule.
-fn names(rule: &RuleSpec) -> Vec<String> {
-    rule.expressions()
-        .iter()
-        .map(|e| match e {
-            ListAttribute::Element(attrs) => attrs
-                .iter()
-                .find_map(|a| match a {
-                    ExpressionAttribute::Name(n) => Some(n.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default(),
-            _ => String::new(),
-        })
-        .collect()
+/// The kernel names of the rule's expressions, for comparing with what
+/// `nft --debug=netlink` shows for the same rule.
+fn names(rule: &RuleSpec) -> Vec<&'static str> {
+    rule.expressions().iter().map(Expr::name).collect()
 }
 
 #[test]
@@ -139,34 +127,20 @@ fn expressions_follow_nft() {
     );
 }
 
-/// The bytes of one expression's data attribute.
-fn emitted(expression: &ListAttribute<ExpressionAttribute>) -> Vec<u8> {
-    let mut out = vec![0u8; expression.buffer_len()];
-    expression.emit(&mut out);
-    out
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
 #[test]
-fn fib_and_nat_attributes() {
+fn fib_and_nat_expressions() {
     let mut out = Vec::new();
     Matcher::LocalDestination.expressions(Family::V4, &mut out);
-    let fib = emitted(&out[0]);
-    // NFTA_FIB_DREG=1, NFTA_FIB_RESULT=ADDRTYPE(3), NFTA_FIB_FLAGS=DADDR(2),
-    // each a big-endian u32 attribute.
-    for (kind, value) in [(1u16, 1u32), (2, 3), (3, 2)] {
-        let mut attr = 8u16.to_ne_bytes().to_vec();
-        attr.extend_from_slice(&kind.to_ne_bytes());
-        attr.extend_from_slice(&value.to_be_bytes());
-        assert!(contains(&fib, &attr), "fib lacks attribute {kind}");
-    }
-    let cmp = emitted(&out[1]);
-    assert!(
-        contains(&cmp, &2u32.to_ne_bytes()),
-        "RTN_LOCAL in host order"
+    assert_eq!(
+        out,
+        [
+            Expr::FibDaddrType,
+            // RTN_LOCAL in host byte order.
+            Expr::Cmp {
+                op: CmpOp::Eq,
+                data: 2u32.to_ne_bytes().to_vec(),
+            },
+        ]
     );
 
     let mut out = Vec::new();
@@ -175,11 +149,66 @@ fn fib_and_nat_attributes() {
         port: 80,
     }
     .expressions(Family::V4, &mut out);
-    assert!(contains(&emitted(&out[0]), &[10, 0, 0, 2]));
-    assert!(contains(&emitted(&out[1]), &80u16.to_be_bytes()));
-    let nat = emitted(&out[2]);
-    assert!(contains(&nat, b"nat\0"));
-    assert!(contains(&nat, &NFPROTO_IPV4.to_be_bytes()));
+    assert_eq!(
+        out,
+        [
+            Expr::Immediate {
+                register: DataRegister::Reg1,
+                data: vec![10, 0, 0, 2],
+            },
+            Expr::Immediate {
+                register: DataRegister::Reg2,
+                data: 80u16.to_be_bytes().to_vec(),
+            },
+            Expr::Dnat {
+                family: NftFamily::Ip
+            },
+        ]
+    );
+    let mut out = Vec::new();
+    Action::DnatTo {
+        address: "2001:db8::2".parse().unwrap(),
+        port: 80,
+    }
+    .expressions(Family::V6, &mut out);
+    assert_eq!(
+        out.last(),
+        Some(&Expr::Dnat {
+            family: NftFamily::Ip6
+        })
+    );
+}
+
+#[test]
+fn addresses_are_masked_unless_full_length() {
+    let mut out = Vec::new();
+    address(Direction::Source, CmpOp::Neq, "10.1.2.3/8").expressions(Family::V4, &mut out);
+    assert_eq!(
+        out,
+        [
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset: 12,
+                len: 4
+            },
+            Expr::Mask(vec![255, 0, 0, 0]),
+            Expr::Cmp {
+                op: CmpOp::Neq,
+                data: vec![10, 0, 0, 0]
+            },
+        ]
+    );
+    let mut out = Vec::new();
+    address(Direction::Destination, CmpOp::Eq, "2001:db8::1").expressions(Family::V6, &mut out);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        out[0],
+        Expr::Payload {
+            base: PayloadBase::Network,
+            offset: 24,
+            len: 16
+        }
+    );
 }
 
 #[test]
@@ -194,7 +223,16 @@ fn interface_names_exact_and_prefix() {
     .expressions(Family::V4, &mut out);
     let mut padded = b"eth0".to_vec();
     padded.resize(16, 0);
-    assert!(contains(&emitted(&out[1]), &padded));
+    assert_eq!(
+        out,
+        [
+            Expr::Meta(MetaKey::Oifname),
+            Expr::Cmp {
+                op: CmpOp::Eq,
+                data: padded
+            }
+        ]
+    );
     let mut out = Vec::new();
     Matcher::InterfaceName {
         direction: Direction::Source,
@@ -203,7 +241,14 @@ fn interface_names_exact_and_prefix() {
         prefix: true,
     }
     .expressions(Family::V4, &mut out);
-    let cmp = emitted(&out[1]);
-    assert!(contains(&cmp, b"veth"));
-    assert!(!contains(&cmp, b"veth\0"));
+    assert_eq!(
+        out,
+        [
+            Expr::Meta(MetaKey::Iifname),
+            Expr::Cmp {
+                op: CmpOp::Eq,
+                data: b"veth".to_vec()
+            }
+        ]
+    );
 }

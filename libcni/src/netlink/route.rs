@@ -1,15 +1,15 @@
-//! rtnetlink over a blocking socket bound to one network namespace.
+//! rtnetlink: links, addresses and routes, over [`NetlinkSocket`].
 //!
 //! A netlink socket talks to the namespace it was created in for its whole
 //! life, so [`RouteSocket::open_in`] creates it on a thread inside the target
 //! namespace (see [`NetNs::run`]) and every later call works from any thread
 //! without `setns`.
 //!
-//! Every kernel operation is one request through [`RouteSocket::request`]:
-//! it checks sequence numbers, ends at `NLMSG_DONE` or the ACK, turns a
-//! kernel error into [`NetlinkError::Kernel`] with its errno (so callers can
-//! match `EEXIST`, `ENODEV`, `ENOENT`), reads datagrams of any size, and
-//! repeats a dump the kernel marks `NLM_F_DUMP_INTR`.
+//! Every kernel operation is one request through [`NetlinkSocket::request`],
+//! which checks sequence numbers, turns a kernel error into
+//! [`NetlinkError::Kernel`] with its errno (so callers can match `EEXIST`,
+//! `ENODEV`, `ENOENT`) and repeats a dump the kernel marks
+//! `NLM_F_DUMP_INTR`.
 //!
 //! Why a sync socket rather than async `rtnetlink` (measured 2026-11-30 on
 //! this machine: 2-core Firecracker VM, kernel 6.18, other builds running).
@@ -35,17 +35,14 @@
 //! (a main-thread run that spawns and joins an idle thread, or keeps one
 //! parked, measures the same). That is the price of the dedicated-thread
 //! rule of [`NetNs::run`], paid only by runs that delete links.
+//!
+//! [`NetNs::run`]: crate::netns::NetNs::run
 
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkMessage, NetlinkPayload, NlasIterator, NLM_F_ACK, NLM_F_ACK_TLVS,
-    NLM_F_APPEND, NLM_F_CAPPED, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
-    NLM_F_MULTIPART, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
 };
@@ -58,91 +55,29 @@ use netlink_packet_route::route::{
     RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_ROUTE;
 use nix::errno::Errno;
 
-use crate::error::{CniError, ErrorCode, ToCniError};
-use crate::netns::{NetNs, NetNsError};
+use super::socket::{NetlinkError, NetlinkFamily, NetlinkSocket};
 
 /// Operational state of a link (`IF_OPER_*`).
 pub use netlink_packet_route::link::State as OperState;
 
-/// How many times a dump the kernel flags as inconsistent is repeated; the
-/// Go plugins (`pkg/netlinksafe`) use the same bound.
-const DUMP_ATTEMPTS: u32 = 5;
+/// The `NETLINK_ROUTE` family, with `netlink-packet-route` messages.
+#[derive(Debug)]
+pub struct Rtnetlink;
 
-/// Large enough for every datagram of a dump in the common case (the kernel
-/// fills dump skbs up to 32 KiB); bigger datagrams grow the buffer.
-const INITIAL_RECV_BUFFER: usize = 32 * 1024;
-
-/// `NLMSGERR_ATTR_MSG`: the extended ACK's human-readable message.
-const NLMSGERR_ATTR_MSG: u16 = 1;
-
-const NETLINK_HEADER_LEN: usize = 16;
-
-#[derive(Debug, thiserror::Error)]
-pub enum NetlinkError {
-    #[error("netlink socket: {op}: {source}")]
-    Socket { op: &'static str, source: io::Error },
-    #[error("{errno}{}", .message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
-    Kernel {
-        errno: Errno,
-        /// The kernel's extended-ACK text, when it gave one.
-        message: Option<String>,
-    },
-    #[error("cannot decode netlink reply: {0}")]
-    Decode(String),
-    #[error("unexpected netlink reply: {0}")]
-    Unexpected(String),
-    #[error("netlink dump still inconsistent after {0} attempts")]
-    DumpInterrupted(u32),
-    #[error("invalid netlink request: {0}")]
-    InvalidArgument(String),
-    #[error(transparent)]
-    NetNs(#[from] NetNsError),
-    #[error("{context}: {source}")]
-    Context {
-        context: String,
-        source: Box<NetlinkError>,
-    },
+impl NetlinkFamily for Rtnetlink {
+    const PROTOCOL: isize = NETLINK_ROUTE;
+    // Dumps filtered by the header we send (for instance addresses of one
+    // link), malformed requests refused.
+    const STRICT_CHECKING: bool = true;
+    type Request = RouteNetlinkMessage;
+    type Reply = RouteNetlinkMessage;
 }
 
-impl NetlinkError {
-    /// The kernel's errno, looking through any added context.
-    pub fn errno(&self) -> Option<Errno> {
-        match self {
-            NetlinkError::Kernel { errno, .. } => Some(*errno),
-            NetlinkError::Context { source, .. } => source.errno(),
-            _ => None,
-        }
-    }
-
-    pub fn is_exists(&self) -> bool {
-        self.errno() == Some(Errno::EEXIST)
-    }
-
-    /// Link, address or route missing: what DEL treats as already done.
-    pub fn is_not_found(&self) -> bool {
-        matches!(
-            self.errno(),
-            Some(Errno::ENODEV | Errno::ENOENT | Errno::ESRCH | Errno::EADDRNOTAVAIL)
-        )
-    }
-
-    /// Prefixes the error with what was being done.
-    pub fn context(self, context: impl Into<String>) -> NetlinkError {
-        NetlinkError::Context {
-            context: context.into(),
-            source: Box::new(self),
-        }
-    }
-}
-
-impl ToCniError for NetlinkError {
-    fn to_cni_error(&self) -> CniError {
-        CniError::new(ErrorCode::Internal, self.to_string())
-    }
-}
+/// A `NETLINK_ROUTE` socket; see the module docs.
+pub type RouteSocket = NetlinkSocket<Rtnetlink>;
 
 trait Context<T> {
     fn context(self, context: impl FnOnce() -> String) -> Result<T, NetlinkError>;
@@ -282,173 +217,7 @@ pub enum IpFamily {
     V6,
 }
 
-/// A `NETLINK_ROUTE` socket; see the module docs.
-#[derive(Debug)]
-pub struct RouteSocket {
-    socket: Socket,
-    sequence: u32,
-    recv_buffer: Vec<u8>,
-}
-
-impl RouteSocket {
-    /// A socket in the calling thread's namespace.
-    pub fn open_current() -> Result<RouteSocket, NetlinkError> {
-        let sock_err = |op| move |source| NetlinkError::Socket { op, source };
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(sock_err("socket"))?;
-        // Strict checking makes the kernel filter dumps by the header we send
-        // (for instance addresses of one link) and reject malformed requests.
-        socket
-            .set_netlink_get_strict_chk(true)
-            .map_err(sock_err("NETLINK_GET_STRICT_CHK"))?;
-        // Errors carry the kernel's explanation, and not a copy of the whole
-        // request.
-        socket
-            .set_ext_ack(true)
-            .map_err(sock_err("NETLINK_EXT_ACK"))?;
-        socket
-            .set_cap_ack(true)
-            .map_err(sock_err("NETLINK_CAP_ACK"))?;
-        socket.bind_auto().map_err(sock_err("bind"))?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(sock_err("connect"))?;
-        Ok(RouteSocket {
-            socket,
-            sequence: 0,
-            recv_buffer: Vec::with_capacity(INITIAL_RECV_BUFFER),
-        })
-    }
-
-    /// A socket bound to `netns`, usable afterwards from any thread.
-    pub fn open_in(netns: &NetNs) -> Result<RouteSocket, NetlinkError> {
-        netns.run(RouteSocket::open_current)?
-    }
-
-    /// Sends one request and collects its replies. `flags` are added to
-    /// `NLM_F_REQUEST`; with `NLM_F_DUMP` the whole dump is read, and redone
-    /// when the kernel reports it changed meanwhile.
-    pub fn request(
-        &mut self,
-        message: RouteNetlinkMessage,
-        flags: u16,
-    ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-        let mut packet = NetlinkMessage::from(message);
-        packet.header.flags = NLM_F_REQUEST | flags;
-        let mut attempt = 1;
-        loop {
-            match self.request_once(&mut packet) {
-                Err(NetlinkError::DumpInterrupted(_)) if dump && attempt < DUMP_ATTEMPTS => {
-                    log::debug!("netlink dump interrupted, attempt {attempt}, retrying");
-                    attempt += 1;
-                }
-                Err(NetlinkError::DumpInterrupted(_)) => {
-                    return Err(NetlinkError::DumpInterrupted(attempt))
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn request_once(
-        &mut self,
-        packet: &mut NetlinkMessage<RouteNetlinkMessage>,
-    ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        self.sequence = self.sequence.wrapping_add(1);
-        let sequence = self.sequence;
-        packet.header.sequence_number = sequence;
-        packet.finalize();
-        let mut bytes = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        log::trace!("netlink send: {packet:?}");
-        self.socket
-            .send(&bytes, 0)
-            .map_err(|source| NetlinkError::Socket { op: "send", source })?;
-
-        let expects_ack = packet.header.flags & NLM_F_ACK != 0;
-        let mut replies = Vec::new();
-        let mut interrupted = false;
-        loop {
-            self.receive_datagram()?;
-            let mut offset = 0;
-            while offset < self.recv_buffer.len() {
-                let rest = self.recv_buffer.get(offset..).unwrap_or_default();
-                let length = NetlinkBuffer::new_checked(rest)
-                    .map_err(|e| NetlinkError::Decode(e.to_string()))?
-                    .length() as usize;
-                let raw = rest.get(..length).unwrap_or_default();
-                offset += length.next_multiple_of(4);
-
-                let header = NetlinkBuffer::new(raw);
-                if header.sequence_number() != sequence {
-                    // Left over from an earlier request that ended early.
-                    log::debug!(
-                        "netlink: skipping reply with sequence {}",
-                        header.sequence_number()
-                    );
-                    continue;
-                }
-                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(raw)
-                    .map_err(|e| NetlinkError::Decode(e.to_string()))?;
-                log::trace!("netlink recv: {reply:?}");
-                let reply_flags = reply.header.flags;
-                if reply_flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                match reply.payload {
-                    NetlinkPayload::InnerMessage(inner) => {
-                        replies.push(inner);
-                        if reply_flags & NLM_F_MULTIPART == 0 && !expects_ack {
-                            return Ok(replies);
-                        }
-                    }
-                    NetlinkPayload::Error(error) => match error.code {
-                        None => return finish(replies, interrupted),
-                        Some(code) => {
-                            return Err(kernel_error(code.get(), reply_flags, &error.header))
-                        }
-                    },
-                    NetlinkPayload::Done(done) => {
-                        if done.code != 0 {
-                            return Err(kernel_error(done.code, 0, &[]));
-                        }
-                        return finish(replies, interrupted);
-                    }
-                    NetlinkPayload::Noop => {}
-                    NetlinkPayload::Overrun(_) => {
-                        return Err(NetlinkError::Unexpected("NLMSG_OVERRUN".into()))
-                    }
-                    other => {
-                        return Err(NetlinkError::Unexpected(format!("{other:?}")));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reads one whole datagram into `recv_buffer`, growing it when the
-    /// datagram is larger (a peek with `MSG_TRUNC` gives the real size).
-    fn receive_datagram(&mut self) -> Result<(), NetlinkError> {
-        let recv_err = |source| NetlinkError::Socket { op: "recv", source };
-        loop {
-            let size = match self
-                .socket
-                .recv(&mut &mut [0u8; 0][..], libc::MSG_PEEK | libc::MSG_TRUNC)
-            {
-                Ok(size) => size,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(recv_err(e)),
-            };
-            self.recv_buffer.clear();
-            self.recv_buffer.reserve(size);
-            match self.socket.recv(&mut self.recv_buffer, 0) {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(recv_err(e)),
-            }
-        }
-    }
-
+impl NetlinkSocket<Rtnetlink> {
     // ---- links ----
 
     pub fn link_by_name(&mut self, name: &str) -> Result<Option<LinkInfo>, NetlinkError> {
@@ -499,7 +268,7 @@ impl RouteSocket {
         if up {
             msg.header.flags = LinkFlags::Up;
         }
-        self.ack(RouteNetlinkMessage::SetLink(msg), 0)
+        self.request_ack(RouteNetlinkMessage::SetLink(msg), 0)
             .context(|| format!("set {link} {}", if up { "up" } else { "down" }))
     }
 
@@ -557,7 +326,7 @@ impl RouteSocket {
     fn set_link(&mut self, link: LinkId<'_>, attribute: LinkAttribute) -> Result<(), NetlinkError> {
         let mut msg = link_message(link);
         msg.attributes.push(attribute);
-        self.ack(RouteNetlinkMessage::SetLink(msg), 0)
+        self.request_ack(RouteNetlinkMessage::SetLink(msg), 0)
     }
 
     /// Creates a bridge; an existing link of that name fails with `EEXIST`.
@@ -579,7 +348,7 @@ impl RouteSocket {
             ])));
         }
         msg.attributes.push(LinkAttribute::LinkInfo(info));
-        self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+        self.request_ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
             .context(|| format!("create bridge {name:?}"))
     }
 
@@ -610,14 +379,14 @@ impl RouteSocket {
             LinkInfoNla::Kind(InfoKind::Veth),
             LinkInfoNla::Data(InfoData::Veth(InfoVeth::Peer(peer))),
         ]));
-        self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+        self.request_ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
             .context(|| format!("create veth pair {:?}/{:?}", pair.name, pair.peer_name))
     }
 
     /// Deletes a link (for a veth, both ends go).
     pub fn delete_link<'a>(&mut self, link: impl Into<LinkId<'a>>) -> Result<(), NetlinkError> {
         let link = link.into();
-        self.ack(RouteNetlinkMessage::DelLink(link_message(link)), 0)
+        self.request_ack(RouteNetlinkMessage::DelLink(link_message(link)), 0)
             .context(|| format!("delete {link}"))
     }
 
@@ -628,7 +397,7 @@ impl RouteSocket {
     /// plugins set.
     pub fn add_address(&mut self, index: u32, address: IpNetwork) -> Result<(), NetlinkError> {
         let msg = address_message(index, address, true);
-        self.ack(
+        self.request_ack(
             RouteNetlinkMessage::NewAddress(msg),
             NLM_F_CREATE | NLM_F_EXCL,
         )
@@ -637,7 +406,7 @@ impl RouteSocket {
 
     pub fn del_address(&mut self, index: u32, address: IpNetwork) -> Result<(), NetlinkError> {
         let msg = address_message(index, address, false);
-        self.ack(RouteNetlinkMessage::DelAddress(msg), 0)
+        self.request_ack(RouteNetlinkMessage::DelAddress(msg), 0)
             .context(|| format!("delete address {address} from link #{index}"))
     }
 
@@ -661,7 +430,7 @@ impl RouteSocket {
     /// Adds a route; an identical one fails with `EEXIST`.
     pub fn add_route(&mut self, route: &Route) -> Result<(), NetlinkError> {
         let msg = route_message(route, true)?;
-        self.ack(
+        self.request_ack(
             RouteNetlinkMessage::NewRoute(msg),
             NLM_F_CREATE | NLM_F_EXCL,
         )
@@ -672,7 +441,7 @@ impl RouteSocket {
     /// (`NLM_F_APPEND`, as `ip route append`).
     pub fn append_route(&mut self, route: &Route) -> Result<(), NetlinkError> {
         let msg = route_message(route, true)?;
-        self.ack(
+        self.request_ack(
             RouteNetlinkMessage::NewRoute(msg),
             NLM_F_CREATE | NLM_F_APPEND,
         )
@@ -681,7 +450,7 @@ impl RouteSocket {
 
     pub fn del_route(&mut self, route: &Route) -> Result<(), NetlinkError> {
         let msg = route_message(route, false)?;
-        self.ack(RouteNetlinkMessage::DelRoute(msg), 0)
+        self.request_ack(RouteNetlinkMessage::DelRoute(msg), 0)
             .context(|| format!("delete route {}", route.destination))
     }
 
@@ -702,55 +471,6 @@ impl RouteSocket {
             })
             .collect())
     }
-
-    /// A request whose only reply is the ACK.
-    fn ack(&mut self, message: RouteNetlinkMessage, flags: u16) -> Result<(), NetlinkError> {
-        let replies = self.request(message, flags | NLM_F_ACK)?;
-        if replies.is_empty() {
-            Ok(())
-        } else {
-            Err(NetlinkError::Unexpected(format!(
-                "{} replies where only an ACK was expected",
-                replies.len()
-            )))
-        }
-    }
-}
-
-fn finish(
-    replies: Vec<RouteNetlinkMessage>,
-    interrupted: bool,
-) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-    if interrupted {
-        Err(NetlinkError::DumpInterrupted(1))
-    } else {
-        Ok(replies)
-    }
-}
-
-/// An `NLMSG_ERROR` with a code. With `NETLINK_CAP_ACK` the echoed request is
-/// only its header, followed by extended-ACK attributes when the kernel sets
-/// `NLM_F_ACK_TLVS`.
-fn kernel_error(code: i32, flags: u16, payload: &[u8]) -> NetlinkError {
-    let errno = Errno::from_raw(code.saturating_abs());
-    let mut message = None;
-    if flags & NLM_F_ACK_TLVS != 0 {
-        let echoed = if flags & NLM_F_CAPPED != 0 {
-            NETLINK_HEADER_LEN
-        } else {
-            NetlinkBuffer::new_checked(payload)
-                .map(|b| b.length() as usize)
-                .unwrap_or(payload.len())
-        };
-        let tlvs = payload.get(echoed..).unwrap_or_default();
-        for nla in NlasIterator::new(tlvs).flatten() {
-            if nla.kind() == NLMSGERR_ATTR_MSG {
-                let text = String::from_utf8_lossy(nla.value());
-                message = Some(text.trim_end_matches('\0').to_string());
-            }
-        }
-    }
-    NetlinkError::Kernel { errno, message }
 }
 
 fn link_message(link: LinkId<'_>) -> LinkMessage {
@@ -943,44 +663,6 @@ fn parse_route(msg: RouteMessage) -> Option<Route> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn error_matching_looks_through_context() {
-        let e = NetlinkError::Kernel {
-            errno: Errno::EEXIST,
-            message: Some("already there".into()),
-        }
-        .context("create bridge \"br0\"");
-        assert!(e.is_exists());
-        assert!(!e.is_not_found());
-        assert_eq!(
-            e.to_string(),
-            "create bridge \"br0\": EEXIST: File exists (already there)"
-        );
-        let e = NetlinkError::Kernel {
-            errno: Errno::ENODEV,
-            message: None,
-        };
-        assert!(e.is_not_found());
-        assert_eq!(e.to_cni_error().code, ErrorCode::Internal);
-    }
-
-    #[test]
-    fn extended_ack_message_is_extracted() {
-        // Capped echo: the request's 16-byte header, then NLMSGERR_ATTR_MSG.
-        let mut payload = vec![0u8; NETLINK_HEADER_LEN];
-        let text = b"bad mtu\0";
-        let nla_len = (4 + text.len()) as u16;
-        payload.extend_from_slice(&nla_len.to_ne_bytes());
-        payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
-        payload.extend_from_slice(text);
-        let e = kernel_error(-22, NLM_F_CAPPED | NLM_F_ACK_TLVS, &payload);
-        assert_eq!(e.errno(), Some(Errno::EINVAL));
-        assert!(e.to_string().ends_with("(bad mtu)"), "{e}");
-        // Garbage after the header must not panic nor invent a message.
-        let e = kernel_error(-22, NLM_F_CAPPED | NLM_F_ACK_TLVS, &[0xff; 19]);
-        assert_eq!(e.to_string(), "EINVAL: Invalid argument");
-    }
 
     #[test]
     fn route_destination_drops_host_bits_and_checks_family() {

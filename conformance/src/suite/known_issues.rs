@@ -1,0 +1,126 @@
+//! Checks the Debian reference plugins (containernetworking-plugins 1.1.1
+//! in /usr/lib/cni) are known to fail, each with the reason. They are
+//! reported as `known`, not as failures, when the suite runs against the
+//! reference; against any other directory they count like every check.
+
+/// A check that fails for a known, understood reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownIssue {
+    /// The check's id, exactly as the report prints it.
+    pub check_id: &'static str,
+    pub reason: &'static str,
+}
+
+/// Which known-issue list applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KnownIssues {
+    /// The reference list when the directory is /usr/lib/cni, else none.
+    Auto,
+    /// The Debian reference plugins' list.
+    Reference,
+    None,
+}
+
+const OWN_NETNS: &str = "its skeleton predates the CNI 1.1 check that refuses the plugin's own \
+     netns as CNI_NETNS (code 8), so ADD configures the host itself";
+
+const LOOPBACK_LAYOUT: &str = "loopback 1.1.1 prints its 1.0.0-layout result under the \
+     requested older version (`interfaces` in 0.1.0/0.2.0, no `ips[].version` in 0.3.x/0.4.0); \
+     fixed upstream later";
+
+const PORTMAP_CHECK: &str = "portmap CHECK fails for every IPv4-only pod: it checks an IPv6 \
+     DNAT chain it never created (`could not check ipv6 dnat: chain CNI-DN-... not found`)";
+
+/// The Debian reference plugins' known issues.
+pub const REFERENCE: &[KnownIssue] = &[
+    KnownIssue {
+        check_id: "loopback: 0.1.0 ADD gives a 0.1.0 result",
+        reason: LOOPBACK_LAYOUT,
+    },
+    KnownIssue {
+        check_id: "loopback: 0.2.0 ADD gives a 0.2.0 result",
+        reason: LOOPBACK_LAYOUT,
+    },
+    KnownIssue {
+        check_id: "loopback: 0.3.0 ADD gives a 0.3.0 result",
+        reason: LOOPBACK_LAYOUT,
+    },
+    KnownIssue {
+        check_id: "loopback: 0.3.1 ADD gives a 0.3.1 result",
+        reason: LOOPBACK_LAYOUT,
+    },
+    KnownIssue {
+        check_id: "loopback: 0.4.0 ADD gives a 0.4.0 result",
+        reason: LOOPBACK_LAYOUT,
+    },
+    KnownIssue {
+        check_id: "loopback: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "host-local: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "bridge: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "portmap: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "portmap: 0.4.0 CHECK right after ADD succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "portmap: 1.0.0 CHECK right after ADD succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "chain bridge+portmap 1.0.0, keys hostPort/containerPort/protocol (Podman, kubelet conflists): portmap CHECK right after ADD succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "chain bridge+portmap 1.0.0, keys HostPort/ContainerPort/Protocol/HostIP (containerd): portmap CHECK right after ADD succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "example 10-k8s-bridge-portmap.conflist: CHECK succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "example 30-bridge-vlan.conflist: ADD fails naming CONFIG_BRIDGE_VLAN_FILTERING (this kernel has no bridge VLAN filtering)",
+        reason: "bridge fails as it must, but with `could not add \"cni-vl0\": operation not supported`, \
+                 which does not say that the kernel lacks bridge VLAN filtering",
+    },
+    KnownIssue {
+        check_id: "example 40-bridge-l2-only.conflist: CHECK succeeds",
+        reason: "bridge CHECK delegates to IPAM even when the config has none (`\"ipam\": {}`) and \
+                 fails with `no plugin name provided`",
+    },
+];
+
+impl KnownIssues {
+    /// The issues that apply to the plugins in `dir`.
+    pub fn resolve(self, dir: &std::path::Path) -> (&'static str, Vec<KnownIssue>) {
+        let reference = || {
+            (
+                "Debian containernetworking-plugins 1.1.1",
+                REFERENCE.to_vec(),
+            )
+        };
+        match self {
+            KnownIssues::Reference => reference(),
+            KnownIssues::None => ("none", Vec::new()),
+            KnownIssues::Auto => {
+                let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+                if canonical == std::path::Path::new(crate::testnet::REFERENCE_DIR) {
+                    reference()
+                } else {
+                    ("none", Vec::new())
+                }
+            }
+        }
+    }
+}

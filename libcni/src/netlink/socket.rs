@@ -1,0 +1,542 @@
+//! The one blocking netlink socket every family of this suite goes through.
+//!
+//! [`NetlinkSocket<P>`] owns the `netlink_sys::Socket`, the sequence numbers
+//! and a receive buffer that grows to the size of each datagram. Its three
+//! entry points share one reading loop and the same checks:
+//!
+//! - [`request`](NetlinkSocket::request): one message and its replies, the
+//!   whole of a dump with `NLM_F_DUMP` (redone when the kernel flags it
+//!   `NLM_F_DUMP_INTR`), ending at `NLMSG_DONE` or the ACK;
+//! - [`request_ack`](NetlinkSocket::request_ack): a change whose only reply
+//!   is the ACK;
+//! - [`transaction`](NetlinkSocket::transaction): several messages in one
+//!   datagram (an nf_tables batch), each acknowledged.
+//!
+//! Replies of other sequence numbers (left over from an earlier request that
+//! ended early) are skipped; an `NLMSG_ERROR` becomes
+//! [`NetlinkError::Kernel`] with its errno and the kernel's extended-ACK text.
+//! A family says how its messages are encoded and decoded
+//! ([`NetlinkFamily`]); messages come from the `netlink-packet-*` crates
+//! where one covers the family.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    ErrorBuffer, ErrorMessage, NetlinkBuffer, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, NetlinkSerializable, NlasIterator, Parseable, NLM_F_ACK, NLM_F_ACK_TLVS,
+    NLM_F_CAPPED, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_MULTIPART, NLM_F_REQUEST,
+};
+use netlink_sys::{Socket, SocketAddr};
+use nix::errno::Errno;
+use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::time::TimeVal;
+
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::netns::{NetNs, NetNsError};
+
+/// How many times a dump the kernel flags as inconsistent is repeated; the
+/// Go plugins (`pkg/netlinksafe`) use the same bound.
+const DUMP_ATTEMPTS: u32 = 5;
+
+/// Large enough for every datagram of a dump in the common case (the kernel
+/// fills dump skbs up to 32 KiB); bigger datagrams grow the buffer.
+const INITIAL_RECV_BUFFER: usize = 32 * 1024;
+
+/// `NLMSGERR_ATTR_MSG`: the extended ACK's human-readable message.
+const NLMSGERR_ATTR_MSG: u16 = 1;
+
+const NETLINK_HEADER_LEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+
+/// A netlink protocol family: its protocol number, the messages sent and
+/// received, and the socket options it needs besides the common ones
+/// (extended ACKs, capped echoes).
+pub trait NetlinkFamily {
+    /// `NETLINK_ROUTE`, `NETLINK_NETFILTER`, ...
+    const PROTOCOL: isize;
+    /// `NETLINK_GET_STRICT_CHK`: dumps filtered by the request's header,
+    /// malformed requests refused (rtnetlink).
+    const STRICT_CHECKING: bool = false;
+    /// `SO_RCVTIMEO`; `None` waits as long as the kernel takes.
+    const RECEIVE_TIMEOUT: Option<Duration> = None;
+    type Request: NetlinkSerializable + fmt::Debug;
+    type Reply: NetlinkDeserializable + fmt::Debug;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("netlink socket: {op}: {source}")]
+    Socket { op: &'static str, source: io::Error },
+    #[error("{errno}{}", .message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Kernel {
+        errno: Errno,
+        /// The kernel's extended-ACK text, when it gave one.
+        message: Option<String>,
+    },
+    #[error("cannot decode netlink reply: {0}")]
+    Decode(String),
+    #[error("unexpected netlink reply: {0}")]
+    Unexpected(String),
+    #[error("netlink dump still inconsistent after {0} attempts")]
+    DumpInterrupted(u32),
+    #[error("invalid netlink request: {0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    NetNs(#[from] NetNsError),
+    #[error("{context}: {source}")]
+    Context {
+        context: String,
+        source: Box<NetlinkError>,
+    },
+}
+
+impl NetlinkError {
+    /// The kernel's errno, looking through any added context.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            NetlinkError::Kernel { errno, .. } => Some(*errno),
+            NetlinkError::Context { source, .. } => source.errno(),
+            _ => None,
+        }
+    }
+
+    pub fn is_exists(&self) -> bool {
+        self.errno() == Some(Errno::EEXIST)
+    }
+
+    /// Link, address or route missing: what DEL treats as already done.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self.errno(),
+            Some(Errno::ENODEV | Errno::ENOENT | Errno::ESRCH | Errno::EADDRNOTAVAIL)
+        )
+    }
+
+    /// Prefixes the error with what was being done.
+    pub fn context(self, context: impl Into<String>) -> NetlinkError {
+        NetlinkError::Context {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+}
+
+impl ToCniError for NetlinkError {
+    fn to_cni_error(&self) -> CniError {
+        CniError::new(ErrorCode::Internal, self.to_string())
+    }
+}
+
+/// One message of a [`NetlinkSocket::transaction`]: its netlink flags
+/// besides `NLM_F_REQUEST`, and what it does, for error messages.
+#[derive(Debug, Clone)]
+pub struct BatchMessage<M> {
+    pub message: M,
+    pub flags: u16,
+    pub description: String,
+}
+
+/// A blocking socket of family `P`, bound to the network namespace it was
+/// created in for its whole life.
+#[derive(Debug)]
+pub struct NetlinkSocket<P: NetlinkFamily> {
+    socket: Socket,
+    sequence: u32,
+    recv_buffer: Vec<u8>,
+    /// `fn() -> P`: the socket holds no `P`, so it is `Send` whatever `P`
+    /// is.
+    family: PhantomData<fn() -> P>,
+}
+
+impl<P: NetlinkFamily> NetlinkSocket<P> {
+    /// A socket in the calling thread's namespace.
+    pub fn open_current() -> Result<NetlinkSocket<P>, NetlinkError> {
+        let mut socket = Socket::new(P::PROTOCOL).map_err(socket_error("socket"))?;
+        // Errors carry the kernel's explanation, and not a copy of the whole
+        // request.
+        socket
+            .set_ext_ack(true)
+            .map_err(socket_error("NETLINK_EXT_ACK"))?;
+        socket
+            .set_cap_ack(true)
+            .map_err(socket_error("NETLINK_CAP_ACK"))?;
+        if P::STRICT_CHECKING {
+            socket
+                .set_netlink_get_strict_chk(true)
+                .map_err(socket_error("NETLINK_GET_STRICT_CHK"))?;
+        }
+        if let Some(timeout) = P::RECEIVE_TIMEOUT {
+            let seconds = timeout.as_secs().try_into().unwrap_or(libc::time_t::MAX);
+            let timeout = TimeVal::new(seconds, 0);
+            setsockopt(&socket, sockopt::ReceiveTimeout, &timeout)
+                .map_err(|e| socket_error("SO_RCVTIMEO")(e.into()))?;
+        }
+        socket.bind_auto().map_err(socket_error("bind"))?;
+        socket
+            .connect(&SocketAddr::new(0, 0))
+            .map_err(socket_error("connect"))?;
+        Ok(NetlinkSocket {
+            socket,
+            sequence: 0,
+            recv_buffer: Vec::with_capacity(INITIAL_RECV_BUFFER),
+            family: PhantomData,
+        })
+    }
+
+    /// A socket bound to `netns`, usable afterwards from any thread.
+    pub fn open_in(netns: &NetNs) -> Result<NetlinkSocket<P>, NetlinkError> {
+        netns.run(Self::open_current)?
+    }
+
+    fn next_sequence(&mut self) -> u32 {
+        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence
+    }
+
+    /// Sends one request and collects its replies. `flags` are added to
+    /// `NLM_F_REQUEST`; with `NLM_F_DUMP` the whole dump is read, and redone
+    /// when the kernel reports it changed meanwhile.
+    pub fn request(
+        &mut self,
+        message: P::Request,
+        flags: u16,
+    ) -> Result<Vec<P::Reply>, NetlinkError> {
+        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::InnerMessage(message),
+        );
+        packet.header.flags = NLM_F_REQUEST | flags;
+        let mut attempt = 1;
+        loop {
+            match self.request_once(&mut packet) {
+                Err(NetlinkError::DumpInterrupted(_)) if dump && attempt < DUMP_ATTEMPTS => {
+                    log::debug!("netlink dump interrupted, attempt {attempt}, retrying");
+                    attempt += 1;
+                }
+                Err(NetlinkError::DumpInterrupted(_)) => {
+                    return Err(NetlinkError::DumpInterrupted(attempt))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A request whose only reply is the ACK.
+    pub fn request_ack(&mut self, message: P::Request, flags: u16) -> Result<(), NetlinkError> {
+        let replies = self.request(message, flags | NLM_F_ACK)?;
+        if replies.is_empty() {
+            Ok(())
+        } else {
+            Err(NetlinkError::Unexpected(format!(
+                "{} replies where only an ACK was expected",
+                replies.len()
+            )))
+        }
+    }
+
+    fn request_once(
+        &mut self,
+        packet: &mut NetlinkMessage<P::Request>,
+    ) -> Result<Vec<P::Reply>, NetlinkError> {
+        let sequence = self.next_sequence();
+        packet.header.sequence_number = sequence;
+        packet.finalize();
+        let mut bytes = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        log::trace!("netlink send: {packet:?}");
+        self.send(&bytes)?;
+
+        let expects_ack = packet.header.flags & NLM_F_ACK != 0;
+        let mut replies = Vec::new();
+        let mut interrupted = false;
+        loop {
+            self.receive_datagram()?;
+            for raw in split_datagram(&self.recv_buffer)? {
+                if NetlinkBuffer::new(raw).sequence_number() != sequence {
+                    log::debug!(
+                        "netlink: skipping reply with sequence {}",
+                        NetlinkBuffer::new(raw).sequence_number()
+                    );
+                    continue;
+                }
+                let reply = NetlinkMessage::<P::Reply>::deserialize(raw)
+                    .map_err(|e| NetlinkError::Decode(e.to_string()))?;
+                log::trace!("netlink recv: {reply:?}");
+                let reply_flags = reply.header.flags;
+                if reply_flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match reply.payload {
+                    NetlinkPayload::InnerMessage(inner) => {
+                        replies.push(inner);
+                        if reply_flags & NLM_F_MULTIPART == 0 && !expects_ack {
+                            return Ok(replies);
+                        }
+                    }
+                    NetlinkPayload::Error(error) => match error.code {
+                        None => return finish(replies, interrupted),
+                        Some(code) => {
+                            return Err(kernel_error(code.get(), reply_flags, &error.header))
+                        }
+                    },
+                    NetlinkPayload::Done(done) => {
+                        if done.code != 0 {
+                            return Err(NetlinkError::Kernel {
+                                errno: Errno::from_raw(done.code.saturating_abs()),
+                                message: extended_ack_message(&done.extended_ack),
+                            });
+                        }
+                        return finish(replies, interrupted);
+                    }
+                    NetlinkPayload::Noop => {}
+                    NetlinkPayload::Overrun(_) => {
+                        return Err(NetlinkError::Unexpected("NLMSG_OVERRUN".into()))
+                    }
+                    other => return Err(NetlinkError::Unexpected(format!("{other:?}"))),
+                }
+            }
+        }
+    }
+
+    /// Sends `messages` in one datagram and waits until each one that asked
+    /// for an ACK (`NLM_F_ACK` in its flags) is answered. Returns the first
+    /// error, prefixed with that message's description. An error for a
+    /// message that asked for no ACK (an nf_tables batch header, when the
+    /// kernel refuses the whole batch) ends the wait at once: the kernel
+    /// processed nothing after it.
+    pub fn transaction(
+        &mut self,
+        messages: Vec<BatchMessage<P::Request>>,
+    ) -> Result<(), NetlinkError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        let mut descriptions = BTreeMap::new();
+        let mut pending = BTreeSet::new();
+        for message in messages {
+            let sequence = self.next_sequence();
+            let mut header = NetlinkHeader::default();
+            header.flags = NLM_F_REQUEST | message.flags;
+            header.sequence_number = sequence;
+            let mut packet =
+                NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message.message));
+            packet.finalize();
+            log::trace!("netlink send: {packet:?}");
+            let start = bytes.len();
+            bytes.resize(start + packet.buffer_len(), 0);
+            if let Some(slot) = bytes.get_mut(start..) {
+                packet.serialize(slot);
+            }
+            if message.flags & NLM_F_ACK != 0 {
+                pending.insert(sequence);
+            }
+            descriptions.insert(sequence, message.description);
+        }
+        self.send(&bytes)?;
+
+        let mut failure = None;
+        while !pending.is_empty() {
+            self.receive_datagram()?;
+            for raw in split_datagram(&self.recv_buffer)? {
+                let header = NetlinkBuffer::new(raw);
+                let sequence = header.sequence_number();
+                let Some(description) = descriptions.get(&sequence) else {
+                    continue;
+                };
+                if header.message_type() != NLMSG_ERROR {
+                    continue;
+                }
+                let flags = header.flags();
+                let payload = header.payload();
+                let error = ErrorBuffer::new_checked(&payload)
+                    .and_then(|buffer| ErrorMessage::parse(&buffer))
+                    .map_err(|e| NetlinkError::Decode(e.to_string()))?;
+                let acked = pending.remove(&sequence);
+                let Some(code) = error.code else {
+                    continue;
+                };
+                let error = kernel_error(code.get(), flags, &error.header).context(description);
+                if !acked {
+                    return Err(error);
+                }
+                failure.get_or_insert(error);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn send(&self, bytes: &[u8]) -> Result<(), NetlinkError> {
+        let sent = self.socket.send(bytes, 0).map_err(socket_error("send"))?;
+        if sent != bytes.len() {
+            return Err(NetlinkError::Socket {
+                op: "send",
+                source: io::Error::other(format!("sent {sent} of {} bytes", bytes.len())),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads one whole datagram into `recv_buffer`, growing it when the
+    /// datagram is larger (a peek with `MSG_TRUNC` gives the real size).
+    fn receive_datagram(&mut self) -> Result<(), NetlinkError> {
+        loop {
+            let size = match self
+                .socket
+                .recv(&mut &mut [0u8; 0][..], libc::MSG_PEEK | libc::MSG_TRUNC)
+            {
+                Ok(size) => size,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(socket_error("recv")(e)),
+            };
+            self.recv_buffer.clear();
+            self.recv_buffer.reserve(size);
+            match self.socket.recv(&mut self.recv_buffer, 0) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(socket_error("recv")(e)),
+            }
+        }
+    }
+}
+
+/// A failed socket call, named.
+fn socket_error(op: &'static str) -> impl Fn(io::Error) -> NetlinkError {
+    move |source| NetlinkError::Socket { op, source }
+}
+
+fn finish<R>(replies: Vec<R>, interrupted: bool) -> Result<Vec<R>, NetlinkError> {
+    if interrupted {
+        Err(NetlinkError::DumpInterrupted(1))
+    } else {
+        Ok(replies)
+    }
+}
+
+/// The messages of a datagram, each with its header. A length that does
+/// not fit is an error rather than a guess.
+fn split_datagram(datagram: &[u8]) -> Result<Vec<&[u8]>, NetlinkError> {
+    let mut messages = Vec::new();
+    let mut offset = 0;
+    while offset < datagram.len() {
+        let rest = datagram.get(offset..).unwrap_or_default();
+        let length = NetlinkBuffer::new_checked(rest)
+            .map_err(|e| NetlinkError::Decode(e.to_string()))?
+            .length() as usize;
+        // new_checked guarantees NETLINK_HEADER_LEN <= length <= rest.len().
+        messages.push(rest.get(..length).unwrap_or_default());
+        offset += length.next_multiple_of(4).max(NETLINK_HEADER_LEN);
+    }
+    Ok(messages)
+}
+
+/// An `NLMSG_ERROR` with a code. With `NETLINK_CAP_ACK` the echoed request
+/// (`payload`) is only its header, followed by extended-ACK attributes when
+/// the kernel sets `NLM_F_ACK_TLVS`.
+fn kernel_error(code: i32, flags: u16, payload: &[u8]) -> NetlinkError {
+    let errno = Errno::from_raw(code.saturating_abs());
+    let mut message = None;
+    if flags & NLM_F_ACK_TLVS != 0 {
+        let echoed = if flags & NLM_F_CAPPED != 0 {
+            NETLINK_HEADER_LEN
+        } else {
+            NetlinkBuffer::new_checked(payload)
+                .map(|b| b.length() as usize)
+                .unwrap_or(payload.len())
+        };
+        message = extended_ack_message(payload.get(echoed..).unwrap_or_default());
+    }
+    NetlinkError::Kernel { errno, message }
+}
+
+/// The `NLMSGERR_ATTR_MSG` text among extended-ACK attributes.
+fn extended_ack_message(tlvs: &[u8]) -> Option<String> {
+    NlasIterator::new(tlvs)
+        .map_while(Result::ok)
+        .find(|nla| nla.kind() == NLMSGERR_ATTR_MSG)
+        .map(|nla| {
+            let text = String::from_utf8_lossy(nla.value());
+            text.trim_end_matches('\0').to_string()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_matching_looks_through_context() {
+        let e = NetlinkError::Kernel {
+            errno: Errno::EEXIST,
+            message: Some("already there".into()),
+        }
+        .context("create bridge \"br0\"");
+        assert!(e.is_exists());
+        assert!(!e.is_not_found());
+        assert_eq!(
+            e.to_string(),
+            "create bridge \"br0\": EEXIST: File exists (already there)"
+        );
+        let e = NetlinkError::Kernel {
+            errno: Errno::ENODEV,
+            message: None,
+        };
+        assert!(e.is_not_found());
+        assert_eq!(e.to_cni_error().code, ErrorCode::Internal);
+    }
+
+    #[test]
+    fn extended_ack_message_is_extracted() {
+        // Capped echo: the request's 16-byte header, then NLMSGERR_ATTR_MSG.
+        let mut payload = vec![0u8; NETLINK_HEADER_LEN];
+        let text = b"bad mtu\0";
+        let nla_len = (4 + text.len()) as u16;
+        payload.extend_from_slice(&nla_len.to_ne_bytes());
+        payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        payload.extend_from_slice(text);
+        let e = kernel_error(-22, NLM_F_CAPPED | NLM_F_ACK_TLVS, &payload);
+        assert_eq!(e.errno(), Some(Errno::EINVAL));
+        assert!(e.to_string().ends_with("(bad mtu)"), "{e}");
+        // An uncapped echo is skipped by its own length.
+        let mut uncapped = vec![0u8; 20];
+        uncapped[..4].copy_from_slice(&20u32.to_ne_bytes());
+        uncapped.extend_from_slice(&payload[NETLINK_HEADER_LEN..]);
+        let e = kernel_error(-22, NLM_F_ACK_TLVS, &uncapped);
+        assert!(e.to_string().ends_with("(bad mtu)"), "{e}");
+        // Garbage after the header must not panic nor invent a message.
+        let e = kernel_error(-22, NLM_F_CAPPED | NLM_F_ACK_TLVS, &[0xff; 19]);
+        assert_eq!(e.to_string(), "EINVAL: Invalid argument");
+        let e = kernel_error(-17, NLM_F_ACK_TLVS, &[]);
+        assert_eq!(e.errno(), Some(Errno::EEXIST));
+    }
+
+    #[test]
+    fn datagrams_split_into_messages_and_bad_lengths_are_errors() {
+        // Two NLMSG_DONE messages (16-byte header + 4-byte code each).
+        let mut datagram = Vec::new();
+        for sequence in [7u32, 8] {
+            datagram.extend_from_slice(&20u32.to_ne_bytes());
+            datagram.extend_from_slice(&3u16.to_ne_bytes());
+            datagram.extend_from_slice(&0u16.to_ne_bytes());
+            datagram.extend_from_slice(&sequence.to_ne_bytes());
+            datagram.extend_from_slice(&0u32.to_ne_bytes());
+            datagram.extend_from_slice(&0i32.to_ne_bytes());
+        }
+        let messages = split_datagram(&datagram).unwrap();
+        assert_eq!(messages.len(), 2);
+        assert_eq!(NetlinkBuffer::new(messages[1]).sequence_number(), 8);
+        assert!(split_datagram(&datagram[..30]).is_err());
+        let mut bad = datagram.clone();
+        bad[0] = 200;
+        assert!(split_datagram(&bad).is_err());
+        // A length below the header size would loop forever if trusted.
+        bad[0] = 4;
+        assert!(split_datagram(&bad).is_err());
+        assert!(split_datagram(&[]).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,495 @@
+//! The expressions rules are made of, as values: what a plugin writes, and
+//! what a listed rule is read back as when all its expressions are known.
+//!
+//! Each one is the kernel expression `nft` emits for the equivalent rule
+//! text, so `nft list ruleset` prints our rules as it prints rules `nft`
+//! made. Loads and compares use register 1 (the 128-bit `NFT_REG_1`);
+//! `dnat` takes its address from register 1 and its port from register 2.
+//!
+//! `payload`, `meta`, `bitwise`, `cmp` and `immediate` are encoded and
+//! decoded with `netlink-packet-netfilter`'s types. The crate has no type
+//! for `fib`, `nat` and `masq`: those are hand-encoded here as raw
+//! attributes (`Expressions::Other`), with the values of
+//! `include/uapi/linux/netfilter/nf_tables.h`.
+
+use netlink_packet_core::{DefaultNla, Nla, NlasIterator, Parseable, NLA_TYPE_MASK};
+use netlink_packet_netfilter::nftables::{
+    Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, Immediate, ListAttribute, Meta,
+    Operator, Payload, Register, Verdict as NftVerdict, VerdictAttribute,
+};
+
+use super::Family;
+use crate::netlink::attributes::be_u32;
+
+pub use netlink_packet_netfilter::nftables::MetaKey;
+
+const NFTA_FIB_DREG: u16 = 1;
+const NFTA_FIB_RESULT: u16 = 2;
+const NFTA_FIB_FLAGS: u16 = 3;
+const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+const NFTA_FIB_F_DADDR: u32 = 1 << 1;
+const NFTA_NAT_TYPE: u16 = 1;
+const NFTA_NAT_FAMILY: u16 = 2;
+const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+const NFTA_NAT_REG_ADDR_MAX: u16 = 4;
+const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+const NFTA_NAT_REG_PROTO_MAX: u16 = 6;
+const NFTA_NAT_FLAGS: u16 = 7;
+const NFT_NAT_DNAT: u32 = 1;
+/// The kernel adds this flag itself when a rule has an address register.
+const NF_NAT_RANGE_MAP_IPS: u32 = 1 << 0;
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
+const NFT_REG_1: u32 = 1;
+const NFT_REG_2: u32 = 2;
+/// Verdict codes of `include/uapi/linux/netfilter.h` that the crate's
+/// `Verdict` has no name for.
+const NF_DROP: u32 = 0;
+const NF_ACCEPT: u32 = 1;
+
+/// Where a payload load reads from (`enum nft_payload_bases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadBase {
+    LinkLayer,
+    Network,
+    Transport,
+}
+
+impl PayloadBase {
+    fn code(self) -> u32 {
+        match self {
+            PayloadBase::LinkLayer => 0,
+            PayloadBase::Network => 1,
+            PayloadBase::Transport => 2,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<PayloadBase> {
+        match code {
+            0 => Some(PayloadBase::LinkLayer),
+            1 => Some(PayloadBase::Network),
+            2 => Some(PayloadBase::Transport),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Neq,
+}
+
+/// A data register an `immediate` loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataRegister {
+    Reg1,
+    Reg2,
+}
+
+impl DataRegister {
+    fn register(self) -> Register {
+        match self {
+            DataRegister::Reg1 => Register::Reg1,
+            DataRegister::Reg2 => Register::Reg2,
+        }
+    }
+}
+
+/// A verdict, as the last expression of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Accept,
+    Drop,
+    Return,
+    Jump(String),
+    Goto(String),
+}
+
+/// One expression of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    /// `meta load <key> => reg 1`
+    Meta(MetaKey),
+    /// `payload load <len>b @ <base> header + <offset> => reg 1`
+    Payload {
+        base: PayloadBase,
+        offset: u32,
+        len: u32,
+    },
+    /// `bitwise reg 1 = (reg 1 & <mask>) ^ 0`
+    Mask(Vec<u8>),
+    /// `cmp eq|neq reg 1 <data>`
+    Cmp { op: CmpOp, data: Vec<u8> },
+    /// `immediate reg <n> <data>`
+    Immediate {
+        register: DataRegister,
+        data: Vec<u8>,
+    },
+    /// `immediate reg 0 <verdict>`
+    Verdict(Verdict),
+    /// `fib daddr type => reg 1`: the route type (`RTN_*`, host byte
+    /// order) of the destination address.
+    FibDaddrType,
+    /// `nat dnat <family> addr reg 1 proto reg 2`
+    Dnat { family: Family },
+    /// `masq`
+    Masquerade,
+}
+
+impl Expr {
+    /// The kernel's name of the expression.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Expr::Meta(_) => "meta",
+            Expr::Payload { .. } => "payload",
+            Expr::Mask(_) => "bitwise",
+            Expr::Cmp { .. } => "cmp",
+            Expr::Immediate { .. } | Expr::Verdict(_) => "immediate",
+            Expr::FibDaddrType => "fib",
+            Expr::Dnat { .. } => "nat",
+            Expr::Masquerade => "masq",
+        }
+    }
+
+    /// The expressions `nft` emits for `<field> ==|!= <network>/<prefix>`
+    /// where the field is `network.len()` bytes at `offset`: a byte-aligned
+    /// prefix loads only its bytes, any other one loads the whole field and
+    /// masks it. Prefixes past the field's length are clamped.
+    pub fn prefix_match(
+        base: PayloadBase,
+        offset: u32,
+        network: &[u8],
+        prefix: u8,
+        op: CmpOp,
+    ) -> Vec<Expr> {
+        let prefix = usize::from(prefix).min(network.len() * 8);
+        if prefix > 0 && prefix % 8 == 0 {
+            let bytes = network.get(..prefix / 8).unwrap_or(network).to_vec();
+            return vec![
+                Expr::Payload {
+                    base,
+                    offset,
+                    len: bytes.len() as u32,
+                },
+                Expr::Cmp { op, data: bytes },
+            ];
+        }
+        let mask: Vec<u8> = (0..network.len())
+            .map(|i| {
+                let bits = prefix.saturating_sub(i * 8).min(8);
+                // bits is 0..=8, so the shift stays within u16.
+                (0xff00u16 >> bits) as u8
+            })
+            .collect();
+        let masked = network.iter().zip(&mask).map(|(b, m)| b & m).collect();
+        vec![
+            Expr::Payload {
+                base,
+                offset,
+                len: network.len() as u32,
+            },
+            Expr::Mask(mask),
+            Expr::Cmp { op, data: masked },
+        ]
+    }
+
+    /// The expression as a `NFTA_LIST_ELEM` of a rule.
+    pub fn encode(&self) -> ListAttribute<ExpressionAttribute> {
+        let expressions = match self {
+            Expr::Meta(key) => Expressions::Meta(vec![
+                Meta::DestinationRegister(Register::Reg1),
+                Meta::Key(*key),
+            ]),
+            Expr::Payload { base, offset, len } => Expressions::Payload(vec![
+                Payload::DestinationRegister(Register::Reg1),
+                Payload::Base(base.code()),
+                Payload::Offset(*offset),
+                Payload::Len(*len),
+            ]),
+            Expr::Mask(mask) => Expressions::Bitwise(vec![
+                Bitwise::SourceRegister(Register::Reg1),
+                Bitwise::DestinationRegister(Register::Reg1),
+                Bitwise::Length(mask.len() as u32),
+                Bitwise::Mask(DataAttribute::Value(mask.clone())),
+                Bitwise::Xor(DataAttribute::Value(vec![0; mask.len()])),
+            ]),
+            Expr::Cmp { op, data } => Expressions::Cmp(vec![
+                Cmp::SourceRegister(Register::Reg1),
+                Cmp::Op(match op {
+                    CmpOp::Eq => Operator::Equal,
+                    CmpOp::Neq => Operator::NotEqual,
+                }),
+                Cmp::Data(DataAttribute::Value(data.clone())),
+            ]),
+            Expr::Immediate { register, data } => Expressions::Immediate(vec![
+                Immediate::DestinationRegister(register.register()),
+                Immediate::Data(DataAttribute::Value(data.clone())),
+            ]),
+            Expr::Verdict(verdict) => {
+                let (code, chain) = match verdict {
+                    Verdict::Accept => (NftVerdict::Other(NF_ACCEPT), None),
+                    Verdict::Drop => (NftVerdict::Other(NF_DROP), None),
+                    Verdict::Return => (NftVerdict::Return, None),
+                    Verdict::Jump(chain) => (NftVerdict::Jump, Some(chain)),
+                    Verdict::Goto(chain) => (NftVerdict::Goto, Some(chain)),
+                };
+                let mut attrs = vec![VerdictAttribute::Code(code)];
+                if let Some(chain) = chain {
+                    attrs.push(VerdictAttribute::Chain(chain.clone()));
+                }
+                Expressions::Immediate(vec![
+                    Immediate::DestinationRegister(Register::Verdict),
+                    Immediate::Data(DataAttribute::Verdict(attrs)),
+                ])
+            }
+            Expr::FibDaddrType => other(
+                "fib",
+                &[
+                    (NFTA_FIB_DREG, NFT_REG_1),
+                    (NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
+                    (NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR),
+                ],
+            ),
+            Expr::Dnat { family } => other(
+                "nat",
+                &[
+                    (NFTA_NAT_TYPE, NFT_NAT_DNAT),
+                    (NFTA_NAT_FAMILY, u32::from(family.nfproto())),
+                    (NFTA_NAT_REG_ADDR_MIN, NFT_REG_1),
+                    (NFTA_NAT_REG_PROTO_MIN, NFT_REG_2),
+                    (NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
+                ],
+            ),
+            Expr::Masquerade => other("masq", &[]),
+        };
+        ListAttribute::from(expressions)
+    }
+}
+
+/// An expression the crate has no type for: its name and big-endian `u32`
+/// attributes (nf_tables' integers are big-endian).
+fn other(name: &str, attributes: &[(u16, u32)]) -> Expressions {
+    Expressions::Other {
+        expression_type: name.to_string(),
+        attributes: attributes
+            .iter()
+            .map(|(kind, value)| DefaultNla::new(*kind, value.to_be_bytes().to_vec()))
+            .collect(),
+    }
+}
+
+/// A listed rule's `NFTA_RULE_EXPRESSIONS`, when every expression in it is
+/// one of [`Expr`] exactly as this module writes it; `None` otherwise
+/// (another program's expression, an attribute this module does not set),
+/// which callers treat as "not a rule of ours".
+pub(crate) fn decode_list(bytes: &[u8]) -> Option<Vec<Expr>> {
+    NlasIterator::new(bytes)
+        .map(|nla| {
+            let nla = nla.ok()?;
+            let element = ListAttribute::<ExpressionAttribute>::parse(&nla).ok()?;
+            decode(element)
+        })
+        .collect()
+}
+
+fn decode(element: ListAttribute<ExpressionAttribute>) -> Option<Expr> {
+    let ListAttribute::Element(attributes) = element else {
+        return None;
+    };
+    let data = attributes.into_iter().find_map(|a| match a {
+        ExpressionAttribute::Data(data) => Some(data),
+        _ => None,
+    })?;
+    match data {
+        Expressions::Meta(attrs) => {
+            let mut key = None;
+            for attr in attrs {
+                match attr {
+                    Meta::DestinationRegister(Register::Reg1) => {}
+                    Meta::Key(k) => key = Some(k),
+                    _ => return None,
+                }
+            }
+            key.map(Expr::Meta)
+        }
+        Expressions::Payload(attrs) => {
+            let (mut base, mut offset, mut len) = (None, None, None);
+            for attr in attrs {
+                match attr {
+                    Payload::DestinationRegister(Register::Reg1) => {}
+                    Payload::Base(b) => base = PayloadBase::from_code(b),
+                    Payload::Offset(o) => offset = Some(o),
+                    Payload::Len(l) => len = Some(l),
+                    _ => return None,
+                }
+            }
+            Some(Expr::Payload {
+                base: base?,
+                offset: offset?,
+                len: len?,
+            })
+        }
+        Expressions::Bitwise(attrs) => {
+            let (mut mask, mut xor_is_zero, mut len) = (None, false, None);
+            let (mut sreg, mut dreg) = (false, false);
+            for attr in attrs {
+                match attr {
+                    Bitwise::SourceRegister(Register::Reg1) => sreg = true,
+                    Bitwise::DestinationRegister(Register::Reg1) => dreg = true,
+                    Bitwise::Length(l) => len = Some(l),
+                    Bitwise::Mask(DataAttribute::Value(m)) => mask = Some(m),
+                    Bitwise::Xor(DataAttribute::Value(x)) => {
+                        xor_is_zero = x.iter().all(|b| *b == 0)
+                    }
+                    // NFT_BITWISE_BOOL (mask and xor), which kernels dump.
+                    Bitwise::Op(0) => {}
+                    _ => return None,
+                }
+            }
+            let mask = mask?;
+            (sreg && dreg && xor_is_zero && len == Some(mask.len() as u32))
+                .then_some(Expr::Mask(mask))
+        }
+        Expressions::Cmp(attrs) => {
+            let (mut sreg, mut op, mut data) = (false, None, None);
+            for attr in attrs {
+                match attr {
+                    Cmp::SourceRegister(Register::Reg1) => sreg = true,
+                    Cmp::Op(Operator::Equal) => op = Some(CmpOp::Eq),
+                    Cmp::Op(Operator::NotEqual) => op = Some(CmpOp::Neq),
+                    Cmp::Data(DataAttribute::Value(d)) => data = Some(d),
+                    _ => return None,
+                }
+            }
+            sreg.then_some(Expr::Cmp {
+                op: op?,
+                data: data?,
+            })
+        }
+        Expressions::Immediate(attrs) => {
+            let (mut register, mut value, mut verdict) = (None, None, None);
+            for attr in attrs {
+                match attr {
+                    Immediate::DestinationRegister(r) => register = Some(r),
+                    Immediate::Data(DataAttribute::Value(v)) => value = Some(v),
+                    Immediate::Data(DataAttribute::Verdict(v)) => verdict = Some(v),
+                    _ => return None,
+                }
+            }
+            match (register?, value, verdict) {
+                (Register::Verdict, None, Some(attrs)) => decode_verdict(attrs).map(Expr::Verdict),
+                (Register::Reg1, Some(data), None) => Some(Expr::Immediate {
+                    register: DataRegister::Reg1,
+                    data,
+                }),
+                (Register::Reg2, Some(data), None) => Some(Expr::Immediate {
+                    register: DataRegister::Reg2,
+                    data,
+                }),
+                _ => None,
+            }
+        }
+        Expressions::Other {
+            expression_type,
+            attributes,
+        } => {
+            let values: Option<Vec<(u16, u32)>> = attributes
+                .iter()
+                .map(|a| {
+                    let mut value = vec![0u8; a.value_len()];
+                    a.emit_value(&mut value);
+                    Some((a.kind() & NLA_TYPE_MASK, be_u32(&value)?))
+                })
+                .collect();
+            decode_other(&expression_type, &values?)
+        }
+        _ => None,
+    }
+}
+
+fn decode_verdict(attrs: Vec<VerdictAttribute>) -> Option<Verdict> {
+    let (mut code, mut chain) = (None, None);
+    for attr in attrs {
+        match attr {
+            VerdictAttribute::Code(c) => code = Some(c),
+            VerdictAttribute::Chain(c) => chain = Some(c),
+            _ => return None,
+        }
+    }
+    match (code?, chain) {
+        (NftVerdict::Other(NF_ACCEPT), None) => Some(Verdict::Accept),
+        (NftVerdict::Other(NF_DROP), None) => Some(Verdict::Drop),
+        (NftVerdict::Return, None) => Some(Verdict::Return),
+        (NftVerdict::Jump, Some(chain)) => Some(Verdict::Jump(chain)),
+        (NftVerdict::Goto, Some(chain)) => Some(Verdict::Goto(chain)),
+        _ => None,
+    }
+}
+
+/// `fib`, `nat` and `masq` from their attributes as the kernel dumps them.
+fn decode_other(name: &str, values: &[(u16, u32)]) -> Option<Expr> {
+    let get = |kind: u16| values.iter().find(|(k, _)| *k == kind).map(|(_, v)| *v);
+    let only = |known: &[u16]| values.iter().all(|(k, _)| known.contains(k));
+    match name {
+        "masq" if values.is_empty() => Some(Expr::Masquerade),
+        "fib"
+            if only(&[NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS])
+                && get(NFTA_FIB_DREG) == Some(NFT_REG_1)
+                && get(NFTA_FIB_RESULT) == Some(NFT_FIB_RESULT_ADDRTYPE)
+                && get(NFTA_FIB_FLAGS) == Some(NFTA_FIB_F_DADDR) =>
+        {
+            Some(Expr::FibDaddrType)
+        }
+        "nat" => {
+            let known = [
+                NFTA_NAT_TYPE,
+                NFTA_NAT_FAMILY,
+                NFTA_NAT_REG_ADDR_MIN,
+                NFTA_NAT_REG_ADDR_MAX,
+                NFTA_NAT_REG_PROTO_MIN,
+                NFTA_NAT_REG_PROTO_MAX,
+                NFTA_NAT_FLAGS,
+            ];
+            let family = match get(NFTA_NAT_FAMILY) {
+                Some(code) => Family::from_nfproto(u8::try_from(code).ok()?)?,
+                None => return None,
+            };
+            // The kernel dumps a max register equal to the min one, and
+            // the address flag it adds itself.
+            let flags = get(NFTA_NAT_FLAGS).unwrap_or(0) & !NF_NAT_RANGE_MAP_IPS;
+            (only(&known)
+                && get(NFTA_NAT_TYPE) == Some(NFT_NAT_DNAT)
+                && get(NFTA_NAT_REG_ADDR_MIN) == Some(NFT_REG_1)
+                && get(NFTA_NAT_REG_ADDR_MAX).is_none_or(|r| r == NFT_REG_1)
+                && get(NFTA_NAT_REG_PROTO_MIN) == Some(NFT_REG_2)
+                && get(NFTA_NAT_REG_PROTO_MAX).is_none_or(|r| r == NFT_REG_2)
+                && flags == NF_NAT_RANGE_PROTO_SPECIFIED
+                && matches!(family, Family::Ip | Family::Ip6))
+            .then_some(Expr::Dnat { family })
+        }
+        _ => None,
+    }
+}
+
+/// Reads a raw `NFTA_EXPR_DATA` value, for tests that compare with what
+/// `nft` sends.
+#[cfg(test)]
+pub(crate) fn data_attributes(element: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    use crate::netlink::attributes::attributes;
+    let Some((_, data)) = attributes(element).find(|(kind, _)| *kind == 2) else {
+        return Vec::new();
+    };
+    attributes(data).map(|(k, v)| (k, v.to_vec())).collect()
+}
+
+/// The bytes of one encoded expression (`NFTA_LIST_ELEM` value).
+#[cfg(test)]
+pub(crate) fn encoded_element(expr: &Expr) -> Vec<u8> {
+    use netlink_packet_core::Emitable;
+    let element = expr.encode();
+    let mut bytes = vec![0u8; element.buffer_len()];
+    element.emit(&mut bytes);
+    netlink_packet_core::NlaBuffer::new_checked(&bytes[..])
+        .map(|nla| nla.value().to_vec())
+        .unwrap_or_default()
+}
