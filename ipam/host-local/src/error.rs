@@ -21,7 +21,6 @@ use std::path::PathBuf;
 
 use libcni::args::ArgsError;
 use libcni::error::{CniError, ErrorCode, ToCniError};
-use libcni::plugin_conf::{LEGACY_ATTACHMENTS_KEY, VALID_ATTACHMENTS_KEY};
 
 use crate::allocator::AllocError;
 use crate::config::ConfigError;
