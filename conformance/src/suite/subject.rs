@@ -199,7 +199,17 @@ impl Subject {
                 if !leased.is_empty() {
                     return Err(format!("leases left: {leased:?}"));
                 }
-                let veths = scene.host_veths()?;
+                // A scenario before this one may have deleted its pod netns;
+                // the kernel destroys that netns's veths asynchronously
+                // (cleanup_net runs from a workqueue), so give such leftovers
+                // a bounded moment. A veth our DEL left behind stays, since
+                // this pod's netns still exists, and still fails the check.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+                let mut veths = scene.host_veths()?;
+                while !veths.is_empty() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    veths = scene.host_veths()?;
+                }
                 if !veths.is_empty() {
                     return Err(format!("host veths left: {veths:?}"));
                 }
