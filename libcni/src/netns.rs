@@ -7,14 +7,16 @@
 //! Work inside a namespace goes through [`NetNs::run`], which uses a fresh
 //! thread for each call: `setns` changes only the calling thread, so a thread
 //! that is never reused cannot leak the namespace into unrelated code, and
-//! there is no switch back that could fail.
+//! there is no switch back that could fail. One-shot plugins that only need
+//! a socket inside may use [`NetNs::enter_briefly`] instead, which switches
+//! the calling thread there and back (no thread to start and schedule).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::thread;
+use std::thread::{self, Scope, ScopedJoinHandle};
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::statfs::{fstatfs, NSFS_MAGIC, PROC_SUPER_MAGIC};
@@ -35,12 +37,22 @@ pub enum NetNsError {
     Switch { path: PathBuf, source: nix::Error },
     #[error("netns worker thread for {path:?} failed: {msg}")]
     Thread { path: PathBuf, msg: String },
+    /// The calling thread is still inside the namespace at `path`.
+    #[error("failed to switch back from netns {path:?}: {source}")]
+    SwitchBack { path: PathBuf, source: nix::Error },
 }
 
 impl NetNsError {
     /// True when the namespace is simply gone: DEL treats that as done.
     pub fn is_not_exist(&self) -> bool {
         matches!(self, NetNsError::NotExist { .. })
+    }
+
+    /// True when the calling thread was left in another namespace (see
+    /// [`NetNs::enter_briefly`]): nothing that depends on the namespace may
+    /// run on it any more.
+    pub fn left_thread_inside(&self) -> bool {
+        matches!(self, NetNsError::SwitchBack { .. })
     }
 }
 
@@ -110,35 +122,92 @@ impl NetNs {
     /// unwind; under `panic = "abort"` (our release profile) it aborts the
     /// process like any other panic.
     ///
-    /// Cost: the thread itself is ~0.07 ms, but once a process has run a
-    /// second thread its link deletions were measured ~4 ms slower in the
-    /// kernel (figures in [`crate::netlink`]).
+    /// Cost: the thread itself is ~0.07 ms (more when the machine is busy
+    /// and the thread waits to be scheduled).
     pub fn run<T, F>(&self, f: F) -> Result<T, NetNsError>
     where
         T: Send,
         F: FnOnce() -> T + Send,
     {
-        let worker_failed = |msg: String| NetNsError::Thread {
+        thread::scope(|scope| self.join(self.spawn_scoped(scope, f)?))
+    }
+
+    /// Runs `f` on the calling thread moved into this namespace, then moves
+    /// the thread back: two `setns` calls instead of a thread, for a
+    /// one-shot program that needs one quick thing made inside a namespace,
+    /// typically a socket (which stays bound to the namespace it was made
+    /// in). [`NetNs::run`] stays the tool for library code and longer work.
+    ///
+    /// Why this is safe in a single-shot plugin: the namespace belongs to
+    /// the thread, so no other thread sees the switch; only `f` runs while
+    /// the thread is inside, and it must neither start processes nor
+    /// threads (they would stay inside). The one hazard is a failed switch
+    /// back ([`NetNsError::SwitchBack`], [`NetNsError::left_thread_inside`]):
+    /// the thread is then still inside, `f`'s value is dropped, and the
+    /// caller must stop at once (a plugin reports the error and exits)
+    /// rather than run anything else in the wrong namespace. The kernel
+    /// refuses that switch only for lack of privileges or memory, and the
+    /// switch in has just shown that the privileges are there.
+    pub fn enter_briefly<T>(&self, f: impl FnOnce() -> T) -> Result<T, NetNsError> {
+        let home = NetNs::current_thread()?;
+        setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
+            NetNsError::Switch {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        let value = f();
+        setns(home.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
+            NetNsError::SwitchBack {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        Ok(value)
+    }
+
+    /// Starts `f` inside this namespace on a new thread of `scope`, as
+    /// [`NetNs::run`] does, without waiting for it: the caller goes on with
+    /// other work and collects the value with [`NetNs::join`].
+    pub fn spawn_scoped<'scope, 'env, T, F>(
+        &'scope self,
+        scope: &'scope Scope<'scope, 'env>,
+        f: F,
+    ) -> Result<ScopedJoinHandle<'scope, Result<T, NetNsError>>, NetNsError>
+    where
+        T: Send + 'scope,
+        F: FnOnce() -> T + Send + 'scope,
+    {
+        thread::Builder::new()
+            .name("netns-run".into())
+            .spawn_scoped(scope, move || -> Result<T, NetNsError> {
+                setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
+                    NetNsError::Switch {
+                        path: self.path.clone(),
+                        source,
+                    }
+                })?;
+                Ok(f())
+            })
+            .map_err(|e| self.worker_failed(format!("cannot spawn thread: {e}")))
+    }
+
+    /// Waits for a thread started by [`NetNs::spawn_scoped`] and returns the
+    /// value of its closure.
+    pub fn join<T>(
+        &self,
+        worker: ScopedJoinHandle<'_, Result<T, NetNsError>>,
+    ) -> Result<T, NetNsError> {
+        worker
+            .join()
+            .map_err(|payload| self.worker_failed(panic_message(payload.as_ref())))?
+    }
+
+    fn worker_failed(&self, msg: String) -> NetNsError {
+        NetNsError::Thread {
             path: self.path.clone(),
             msg,
-        };
-        thread::scope(|scope| {
-            let worker = thread::Builder::new()
-                .name("netns-run".into())
-                .spawn_scoped(scope, || -> Result<T, NetNsError> {
-                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
-                        NetNsError::Switch {
-                            path: self.path.clone(),
-                            source,
-                        }
-                    })?;
-                    Ok(f())
-                })
-                .map_err(|e| worker_failed(format!("cannot spawn thread: {e}")))?;
-            worker
-                .join()
-                .map_err(|payload| worker_failed(panic_message(payload.as_ref())))?
-        })
+        }
     }
 }
 
@@ -201,6 +270,51 @@ mod tests {
         // The worker thread is a different thread from the caller.
         let caller = thread::current().id();
         assert_ne!(own.run(|| thread::current().id()).unwrap(), caller);
+    }
+
+    /// A new namespace, alive as long as the returned file is open.
+    fn fresh_netns() -> NetNs {
+        thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            NetNs::current_thread().unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn current_identity() -> (u64, u64) {
+        NetNs::current_thread().unwrap().identity().unwrap()
+    }
+
+    #[test]
+    fn spawned_worker_runs_inside_beside_the_caller() {
+        let fresh = fresh_netns();
+        let caller = thread::current().id();
+        let home = current_identity();
+        let (seen, worker) = thread::scope(|scope| {
+            let handle = fresh
+                .spawn_scoped(scope, || (current_identity(), thread::current().id()))
+                .unwrap();
+            // The caller is free meanwhile, and stays where it was.
+            assert_eq!(current_identity(), home);
+            fresh.join(handle).unwrap()
+        });
+        assert_eq!(seen, fresh.identity().unwrap());
+        assert_ne!(seen, home);
+        assert_ne!(worker, caller);
+    }
+
+    #[test]
+    fn enter_briefly_switches_there_and_back() {
+        let fresh = fresh_netns();
+        let home = current_identity();
+        let (inside, thread_inside) = fresh
+            .enter_briefly(|| (current_identity(), thread::current().id()))
+            .unwrap();
+        assert_eq!(inside, fresh.identity().unwrap());
+        assert_ne!(inside, home);
+        assert_eq!(thread_inside, thread::current().id(), "no other thread");
+        assert_eq!(current_identity(), home);
     }
 
     #[test]

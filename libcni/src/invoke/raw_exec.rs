@@ -1,16 +1,17 @@
 //! Running a plugin binary as a child process.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 use serde::Deserialize;
 
@@ -122,37 +123,38 @@ impl RawExec {
             path: path.to_path_buf(),
             source,
         };
-        let pipes = start_pipe_threads(&mut child, stdin.to_vec());
-        let exited = pipes.and_then(|pipes| Ok((pipes, start_exit_watch(&child)?)));
-        let (pipes, exited) = match exited {
-            Ok(v) => v,
+        let deadline = Instant::now() + self.timeout;
+        let mut pipes = match ChildPipes::take(&mut child, stdin) {
+            Ok(pipes) => pipes,
             Err(e) => {
                 kill_process_group(&mut child);
                 return Err(io_err(e));
             }
         };
-
-        match exited.recv_timeout(self.timeout) {
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+        let status = match pipes.until_exit(&mut child, deadline) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
                 kill_process_group(&mut child);
                 return Err(InvokeError::Timeout {
                     path: path.to_path_buf(),
                     timeout: self.timeout,
                 });
             }
-        }
-        let status = child.wait().map_err(io_err)?;
+            Err(e) => {
+                kill_process_group(&mut child);
+                return Err(io_err(e));
+            }
+        };
         let status = match (status.code(), status.signal()) {
             (Some(code), _) => ExitStatus::Code(code),
             (None, Some(sig)) => ExitStatus::Signal(sig),
             (None, None) => ExitStatus::Code(-1),
         };
-        let deadline = Instant::now() + OUTPUT_GRACE;
+        pipes.drain(Instant::now() + OUTPUT_GRACE);
         Ok(Output {
             status,
-            stdout: drain(&pipes.stdout, deadline),
-            stderr: drain(&pipes.stderr, deadline),
+            stdout: pipes.stdout.collected,
+            stderr: pipes.stderr.collected,
         })
     }
 }
@@ -163,87 +165,182 @@ struct Output {
     stderr: Vec<u8>,
 }
 
-struct PipeReaders {
-    stdout: mpsc::Receiver<Vec<u8>>,
-    stderr: mpsc::Receiver<Vec<u8>>,
+/// The plugin's three pipes, served from the calling thread with `poll`:
+/// stdin is fed as the plugin reads it and stdout and stderr are collected
+/// as it writes them, so a plugin that writes a lot before reading (or
+/// never reads) cannot deadlock against us, and no thread is started.
+struct ChildPipes {
+    stdin: Option<ChildStdin>,
+    input: Vec<u8>,
+    fed: usize,
+    stdout: OutputPipe<ChildStdout>,
+    stderr: OutputPipe<ChildStderr>,
 }
 
-/// Feeds stdin and collects stdout and stderr on their own threads, so a
-/// plugin that writes a lot before reading (or never reads) cannot
-/// deadlock against us.
-fn start_pipe_threads(child: &mut Child, stdin: Vec<u8>) -> std::io::Result<PipeReaders> {
-    if let Some(mut pipe) = child.stdin.take() {
-        thread::Builder::new()
-            .name("cni-plugin-stdin".into())
-            .spawn(move || {
-                // A plugin may exit without reading its input (VERSION).
-                let _ = pipe.write_all(&stdin);
-            })?;
-    }
-    Ok(PipeReaders {
-        stdout: start_reader(child.stdout.take(), "cni-plugin-stdout")?,
-        stderr: start_reader(child.stderr.take(), "cni-plugin-stderr")?,
-    })
-}
-
-fn start_reader<R: Read + Send + 'static>(
+/// An output pipe until it closes, and what came through it.
+struct OutputPipe<R> {
     pipe: Option<R>,
-    name: &str,
-) -> std::io::Result<mpsc::Receiver<Vec<u8>>> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut pipe) = pipe {
-        thread::Builder::new().name(name.into()).spawn(move || {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-        })?;
-    }
-    Ok(rx)
+    collected: Vec<u8>,
 }
 
-/// Collects what a reader thread sent until its pipe closes or `deadline`.
-fn drain(rx: &mpsc::Receiver<Vec<u8>>, deadline: Instant) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(chunk) => {
-                let room = MAX_OUTPUT.saturating_sub(out.len());
-                out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+impl<R: Read + AsFd> OutputPipe<R> {
+    /// Reads what is there; EOF or an error closes the pipe. Output beyond
+    /// [`MAX_OUTPUT`] is read and dropped.
+    fn read_available(&mut self, buf: &mut [u8]) {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return;
+        };
+        match pipe.read(buf) {
+            Ok(0) => self.pipe = None,
+            Ok(n) => {
+                let room = MAX_OUTPUT.saturating_sub(self.collected.len());
+                let chunk = buf.get(..n.min(room)).unwrap_or_default();
+                self.collected.extend_from_slice(chunk);
             }
-            Err(_) => return out,
+            Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => self.pipe = None,
         }
     }
 }
 
-/// Signals on the returned channel once the child has exited, without
-/// reaping it: until we reap it its pid cannot be reused, so a kill on
-/// timeout can never hit an unrelated process.
-fn start_exit_watch(child: &Child) -> std::io::Result<mpsc::Receiver<()>> {
-    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let (tx, rx) = mpsc::channel();
-    thread::Builder::new()
-        .name("cni-plugin-wait".into())
-        .spawn(move || loop {
-            match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-                Err(Errno::EINTR) => continue,
-                _ => {
-                    let _ = tx.send(());
-                    return;
-                }
+/// How long one `poll` waits at most while the plugin runs: the plugin's
+/// exit is noticed by its pipes closing, or at the latest after this when
+/// a process it left behind keeps them open.
+const EXIT_CHECK_INTERVAL: Duration = Duration::from_millis(10);
+/// Once the pipes are closed the plugin is exiting; its exit status is
+/// looked for after pauses starting here and doubling up to
+/// [`EXIT_CHECK_INTERVAL`].
+const FIRST_EXIT_PAUSE: Duration = Duration::from_micros(20);
+
+impl ChildPipes {
+    fn take(child: &mut Child, input: &[u8]) -> std::io::Result<ChildPipes> {
+        let stdin = child.stdin.take();
+        if let Some(pipe) = &stdin {
+            // Writes must never block: the plugin may not read at all.
+            let flags = fcntl(pipe, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+            let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+            fcntl(pipe, FcntlArg::F_SETFL(flags)).map_err(std::io::Error::from)?;
+        }
+        Ok(ChildPipes {
+            stdin,
+            input: input.to_vec(),
+            fed: 0,
+            stdout: OutputPipe {
+                pipe: child.stdout.take(),
+                collected: Vec::new(),
+            },
+            stderr: OutputPipe {
+                pipe: child.stderr.take(),
+                collected: Vec::new(),
+            },
+        })
+    }
+
+    fn outputs_closed(&self) -> bool {
+        self.stdout.pipe.is_none() && self.stderr.pipe.is_none()
+    }
+
+    /// Serves the pipes until the plugin exits (its status) or `deadline`
+    /// passes (`None`). Only an exited plugin is reaped, so one past its
+    /// deadline still owns its pid and process group when it is killed:
+    /// the kill cannot hit an unrelated process.
+    fn until_exit(
+        &mut self,
+        child: &mut Child,
+        deadline: Instant,
+    ) -> std::io::Result<Option<std::process::ExitStatus>> {
+        let mut pause = FIRST_EXIT_PAUSE;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(Some(status));
             }
-        })?;
-    Ok(rx)
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            if self.outputs_closed() && self.stdin.is_none() {
+                thread::sleep(pause.min(left));
+                pause = (pause * 2).min(EXIT_CHECK_INTERVAL);
+            } else {
+                self.serve(EXIT_CHECK_INTERVAL.min(left))?;
+            }
+        }
+    }
+
+    /// After the exit: stdin is closed, and output is read until both pipes
+    /// close or `deadline`.
+    fn drain(&mut self, deadline: Instant) {
+        self.stdin = None;
+        while !self.outputs_closed() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.serve(left).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// One `poll` of the open pipes (at most `timeout`), then the reads and
+    /// writes it allows.
+    fn serve(&mut self, timeout: Duration) -> std::io::Result<()> {
+        let wait = poll_timeout(timeout);
+        let events = {
+            let mut fds = Vec::with_capacity(3);
+            if let Some(pipe) = &self.stdin {
+                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLOUT));
+            }
+            if let Some(pipe) = &self.stdout.pipe {
+                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(pipe) = &self.stderr.pipe {
+                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, wait) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+            fds.iter()
+                .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
+                .collect::<Vec<_>>()
+        };
+        let mut events = events.into_iter();
+        if self.stdin.is_some() && events.next().is_some_and(|e| !e.is_empty()) {
+            self.feed();
+        }
+        let mut buf = [0u8; 64 * 1024];
+        if self.stdout.pipe.is_some() && events.next().is_some_and(|e| !e.is_empty()) {
+            self.stdout.read_available(&mut buf);
+        }
+        if self.stderr.pipe.is_some() && events.next().is_some_and(|e| !e.is_empty()) {
+            self.stderr.read_available(&mut buf);
+        }
+        Ok(())
+    }
+
+    /// Writes what the pipe takes; closes stdin when all is written or the
+    /// plugin will not read any more (it may exit without reading, as for
+    /// VERSION).
+    fn feed(&mut self) {
+        let Some(pipe) = self.stdin.as_mut() else {
+            return;
+        };
+        let rest = self.input.get(self.fed..).unwrap_or_default();
+        match pipe.write(rest) {
+            Ok(n) => self.fed += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => self.fed = self.input.len(),
+        }
+        if self.fed >= self.input.len() {
+            self.stdin = None;
+        }
+    }
+}
+
+/// `timeout` for `poll`, in whole milliseconds rounded up (rounding down
+/// would turn a short wait into a busy loop).
+fn poll_timeout(timeout: Duration) -> PollTimeout {
+    let millis = timeout.as_micros().div_ceil(1000);
+    PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
 }
 
 fn kill_process_group(child: &mut Child) {
@@ -332,6 +429,72 @@ impl Exec for RawExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A shell script plugin in `dir`.
+    fn script(dir: &Path, body: &str) -> std::path::PathBuf {
+        let path = dir.join("plugin");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn quiet() -> RawExec {
+        RawExec::new().with_forward_stderr(false)
+    }
+
+    #[test]
+    fn stdin_is_fed_and_stdout_and_stderr_are_kept_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let echo = script(dir.path(), "cat; echo note >&2");
+        let out = quiet()
+            .exec_plugin(&echo, b"{\"a\":1}", &PluginEnv::new())
+            .unwrap();
+        assert_eq!(out, b"{\"a\":1}");
+
+        let failing = script(dir.path(), "cat >/dev/null; echo oops >&2; exit 3");
+        match quiet().exec_plugin(&failing, b"x", &PluginEnv::new()) {
+            Err(InvokeError::FailedWithStderr { stderr, status }) => {
+                assert_eq!(stderr, "oops\n");
+                assert_eq!(status, ExitStatus::Code(3));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn output_of_a_child_left_behind_is_kept_for_a_while() {
+        let dir = tempfile::tempdir().unwrap();
+        // The plugin exits at once; its child writes a little later.
+        let plugin = script(dir.path(), "echo first; (sleep 0.2; echo second) &");
+        let out = quiet()
+            .exec_plugin(&plugin, b"", &PluginEnv::new())
+            .unwrap();
+        assert_eq!(out, b"first\nsecond\n");
+    }
+
+    #[test]
+    fn a_child_left_behind_holding_the_pipes_does_not_hold_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child");
+        let plugin = script(
+            dir.path(),
+            &format!("sleep 60 & echo $! > {}; echo done", pid_file.display()),
+        );
+        let started = Instant::now();
+        let out = quiet()
+            .exec_plugin(&plugin, b"", &PluginEnv::new())
+            .unwrap();
+        assert_eq!(out, b"done\n");
+        // Back after the grace period, long before the child ends.
+        assert!(started.elapsed() < Duration::from_secs(30));
+        let child: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = nix::sys::signal::kill(Pid::from_raw(child), Signal::SIGKILL);
+    }
 
     #[test]
     fn failure_mapping() {

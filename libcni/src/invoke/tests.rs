@@ -134,6 +134,39 @@ fn result_without_version_takes_the_config_version() {
 }
 
 #[test]
+fn result_of_0_3_or_0_4_without_ip_versions_gets_them_from_the_address() {
+    // What Debian's loopback 1.1.1 prints for a 0.3.1 configuration.
+    let conf = br#"{"cniVersion":"0.3.1","name":"cni-loopback","type":"loopback"}"#;
+    let stdout = br#"{"cniVersion":"0.3.1","interfaces":[{"name":"lo","mac":"00:00:00:00:00:00","sandbox":"/run/netns/p"}],
+        "ips":[{"interface":0,"address":"127.0.0.1/8"},{"interface":0,"address":"::1/128"}],"dns":{}}"#;
+    let r = decode_result(conf, stdout).unwrap();
+    assert_eq!(r.version(), SpecVersion::V0_3_1);
+    let v = r.to_value();
+    assert_eq!(v["ips"][0]["version"], "4");
+    assert_eq!(v["ips"][1]["version"], "6");
+    // A result without cniVersion is in the config's (0.4.0) layout too.
+    let r = decode_result(
+        br#"{"cniVersion":"0.4.0","name":"n"}"#,
+        br#"{"ips":[{"address":"fd00::2/64"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(r.to_value()["ips"][0]["version"], "6");
+    // A version the plugin did give is kept, even a wrong one.
+    let r = decode_result(
+        conf,
+        br#"{"cniVersion":"0.3.1","ips":[{"version":"6","address":"10.0.0.2/24"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(r.to_value()["ips"][0]["version"], "6");
+    // An address that does not parse is left for the decoder to refuse.
+    assert!(decode_result(
+        conf,
+        br#"{"cniVersion":"0.3.1","ips":[{"address":"nonsense"}]}"#
+    )
+    .is_err());
+}
+
+#[test]
 fn result_decode_errors() {
     let conf = br#"{"cniVersion":"1.0.0"}"#;
     assert!(matches!(

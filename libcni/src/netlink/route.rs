@@ -30,12 +30,14 @@
 //! noise) dwarf the library. The sync socket is 110 KB smaller and needs
 //! no runtime, and it gives direct control of what the async stack hides:
 //! sequence checks, `NLM_F_DUMP_INTR` retries, extended ACK texts. The
-//! slower `open_in` row is not the socket: once the process has run a
-//! second thread, its link deletion takes about 4 ms longer in the kernel
-//! (a main-thread run that spawns and joins an idle thread, or keeps one
-//! parked, measures the same). That is the price of the dedicated-thread
-//! rule of [`NetNs::run`], paid only by runs that delete links.
+//! slower `open_in` row was first put down to a kernel cost of link
+//! deletion in multi-threaded processes; a later 60-run A/B (veth deletion
+//! 15.63 ms without a second thread, 15.69 ms with one) did not confirm
+//! that, so treat that row as noise of a loaded machine. Plugins that want
+//! no thread at all can open a container socket with
+//! [`NetNs::enter_briefly`].
 //!
+//! [`NetNs::enter_briefly`]: crate::netns::NetNs::enter_briefly
 //! [`NetNs::run`]: crate::netns::NetNs::run
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -16,13 +16,20 @@
 //! Each container-specific change of steps 3-4 is recorded in a
 //! [`Rollback`] and undone if a later step fails.
 //!
+//! Two things that wait on other processes or the kernel, and that nothing
+//! before them needs, run on worker threads beside steps 3-4: the probe for
+//! the masquerade backend (from the start of step 3 to the masquerade) and
+//! the container interface's DAD and ARP sysctls (from the veth's creation
+//! to the addresses). IPAM stays after step 3, as in the reference, since
+//! IPAM plugins such as dhcp work through the attached interface.
+//!
 //! Debug builds read `CNI_BRIDGE_DEBUG_POST_IPAM_ERROR`: when set, ADD fails
 //! with its value after all the work is done, so tests can check the
 //! rollback (the reference plugin's `debugPostIPAMError`). Release builds
 //! do not contain the hook.
 
-use std::thread;
-use std::time::Duration;
+use std::thread::{self, Scope};
+use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 use libcni::invoke::{Delegator, Exec, InvokeError};
@@ -32,10 +39,11 @@ use libcni::skel::CmdArgs;
 use libcni::sysctl;
 use libcni::types::v100;
 
+use crate::background::Background;
 use crate::bridge_link::{self, Bridge, BridgeSpec};
 use crate::bridge_port::{set_port_options, PortOptions};
-use crate::config::BridgeConf;
-use crate::container::{self, InterfaceSysctls};
+use crate::config::{BridgeConf, MasqBackend};
+use crate::container::{self, EarlySysctls, InterfaceSysctls};
 use crate::error::BridgeError;
 use crate::gateway;
 use crate::rollback::{Rollback, Undo};
@@ -43,8 +51,15 @@ use crate::rules::{AttachmentRules, Masquerade, SpoofCheck};
 use crate::veth::{self, Veth, VethSpec};
 use crate::vlan::{apply_port_vlans, NetlinkVlans, PortVlans};
 
-/// The reference's waits for the host veth to come up, in milliseconds.
-const PORT_UP_WAITS_MS: [u64; 5] = [0, 50, 500, 1000, 1000];
+/// How long the host veth may take to come up: what the reference's waits
+/// add up to (0, 50, 500, 1000, 1000 ms).
+const PORT_UP_TIMEOUT: Duration = Duration::from_millis(2550);
+/// The first pause between looks at the port: it is normally up at the
+/// first look or within a millisecond (the kernel's link watch runs
+/// asynchronously), so the pauses start short and double up to
+/// [`PORT_UP_MAX_PAUSE`].
+const PORT_UP_FIRST_PAUSE: Duration = Duration::from_micros(250);
+const PORT_UP_MAX_PAUSE: Duration = Duration::from_millis(100);
 
 #[cfg(debug_assertions)]
 pub const DEBUG_POST_IPAM_ERROR_ENV: &str = "CNI_BRIDGE_DEBUG_POST_IPAM_ERROR";
@@ -54,6 +69,20 @@ pub fn open_netns(path: &str) -> Result<NetNs, BridgeError> {
         path: path.to_string(),
         source,
     })
+}
+
+/// A netlink socket inside the container namespace, made by moving this
+/// thread there and back ([`NetNs::enter_briefly`]) rather than by a thread
+/// that must be started and scheduled. If the thread cannot move back, the
+/// error says so ([`BridgeError::left_thread_inside`]) and the verb stops.
+pub fn container_socket(netns: &NetNs) -> Result<RouteSocket, BridgeError> {
+    let opened = netns
+        .enter_briefly(RouteSocket::open_current)
+        .map_err(|source| BridgeError::NetNs {
+            path: netns.path().display().to_string(),
+            source,
+        })?;
+    Ok(opened?)
 }
 
 pub fn add<E: Exec>(
@@ -69,7 +98,7 @@ pub fn add<E: Exec>(
     }
     let netns = open_netns(&args.netns)?;
     let mut host = RouteSocket::open_current()?;
-    let mut container = RouteSocket::open_in(&netns)?;
+    let mut container = container_socket(&netns)?;
     if container.link_by_name(&args.ifname)?.is_some() {
         return Err(BridgeError::ContainerInterfaceExists {
             ifname: args.ifname.clone(),
@@ -120,35 +149,110 @@ struct Attach<'a, E: Exec> {
     rollback: Rollback,
 }
 
-impl<E: Exec> Attach<'_, E> {
+impl<'a, E: Exec> Attach<'a, E> {
     fn ipam_type(&self) -> &str {
         self.conf.ipam_type.as_deref().unwrap_or_default()
     }
 
     fn run(&mut self) -> Result<v100::Result, BridgeError> {
+        let (conf, rules) = (self.conf, self.rules);
+        thread::scope(|scope| {
+            // The masquerade backend probe (it runs `iptables-save`) needs
+            // nothing made here: it runs on a worker thread meanwhile.
+            let probe =
+                (conf.is_layer3() && conf.ip_masq && conf.masq_backend.is_none()).then(|| {
+                    Background::start(scope, "masq-probe", move || {
+                        rules.probe_masquerade_backend()
+                    })
+                });
+            let (veth, sysctls) = self.make_link(scope)?;
+            // IPAM only once the interface exists and is attached, as in
+            // the reference: IPAM plugins such as dhcp work through it.
+            let allocated = conf.is_layer3().then(|| self.allocate());
+            self.configure(veth, sysctls, allocated, probe)
+        })
+    }
+
+    /// The veth pair, attached to the bridge, with the MAC spoof check;
+    /// the container interface's early sysctls are being written.
+    fn make_link<'scope>(
+        &mut self,
+        scope: &'scope Scope<'scope, '_>,
+    ) -> Result<(Veth, Option<EarlySysctls<'scope>>), BridgeError>
+    where
+        'a: 'scope,
+    {
+        let (args, conf, netns) = (self.args, self.conf, self.netns);
         let veth = self.create_veth()?;
+        let sysctls = if conf.is_layer3() {
+            Some(container::start_sysctls(
+                scope,
+                netns,
+                &args.ifname,
+                conf.enable_dad,
+            )?)
+        } else {
+            None
+        };
         self.attach_host_end(&veth)?;
-        let container_mac = format_mac(&veth.container.mac);
-        if self.conf.mac_spoof_check {
+        if conf.mac_spoof_check {
             self.rollback.push(Undo::TeardownSpoofCheck);
             self.rules.setup_spoof_check(&SpoofCheck {
                 host_veth: &veth.host.name,
-                container_mac: &container_mac,
-                container_id: &self.args.container_id,
-                ifname: &self.args.ifname,
+                container_mac: &format_mac(&veth.container.mac),
+                container_id: &args.container_id,
+                ifname: &args.ifname,
             })?;
         }
+        Ok((veth, sysctls))
+    }
 
+    /// IPAM ADD; the lease is released on rollback.
+    fn allocate(&mut self) -> Result<v100::Result, BridgeError> {
+        let plugin = self.ipam_type().to_string();
+        let allocated = self
+            .ipam
+            .add(&plugin, self.args.conf.bytes())
+            .map_err(|source| BridgeError::Ipam {
+                action: "IPAM ADD with",
+                plugin: plugin.clone(),
+                source,
+            })?;
+        self.rollback.push(Undo::ReleaseIpam);
+        let result = v100::Result::try_from(allocated).map_err(|e| BridgeError::Ipam {
+            action: "cannot convert the result of",
+            plugin,
+            source: InvokeError::Result(e),
+        })?;
+        if result.ips.is_empty() {
+            return Err(BridgeError::IpamNoIps);
+        }
+        Ok(result)
+    }
+
+    /// Addresses, routes, gateway and masquerade (layer 3), then the wait
+    /// for the port and the result.
+    fn configure(
+        &mut self,
+        veth: Veth,
+        sysctls: Option<EarlySysctls<'_>>,
+        allocated: Option<Result<v100::Result, BridgeError>>,
+        probe: Option<Background<'_, Result<MasqBackend, BridgeError>>>,
+    ) -> Result<v100::Result, BridgeError> {
+        let container_mac = format_mac(&veth.container.mac);
         let mut result = v100::Result::new();
         let mut vlan_gateway = None;
-        if self.conf.is_layer3() {
-            result = self.allocate()?;
+        if let Some(allocated) = allocated {
+            result = allocated?;
+            if let Some(sysctls) = sysctls {
+                sysctls.wait()?;
+            }
             let gateways = gateway::complete_result(
                 &mut result,
                 self.conf.is_gateway,
                 self.conf.is_default_gateway,
             );
-            container::apply_sysctls(
+            container::finish_sysctls(
                 self.netns,
                 InterfaceSysctls {
                     ifname: &self.args.ifname,
@@ -170,7 +274,18 @@ impl<E: Exec> Attach<'_, E> {
                 let ips: Vec<IpNetwork> = result.ips.iter().map(|ip| ip.address).collect();
                 self.rollback
                     .push(Undo::TeardownMasquerade { ips: ips.clone() });
-                self.rules.setup_masquerade(&self.masquerade(&ips))?;
+                let backend = match probe {
+                    Some(probe) => Some(
+                        probe
+                            .finish()
+                            .unwrap_or(Err(BridgeError::WorkerLost("masquerade backend probe")))?,
+                    ),
+                    None => self.conf.masq_backend,
+                };
+                self.rules.setup_masquerade(&Masquerade {
+                    backend,
+                    ..self.masquerade(&ips)
+                })?;
             }
         } else if !self.conf.disable_container_interface {
             self.container
@@ -287,29 +402,6 @@ impl<E: Exec> Attach<'_, E> {
         Ok(())
     }
 
-    /// IPAM ADD; the lease is released on rollback.
-    fn allocate(&mut self) -> Result<v100::Result, BridgeError> {
-        let plugin = self.ipam_type().to_string();
-        let allocated = self
-            .ipam
-            .add(&plugin, self.args.conf.bytes())
-            .map_err(|source| BridgeError::Ipam {
-                action: "IPAM ADD with",
-                plugin: plugin.clone(),
-                source,
-            })?;
-        self.rollback.push(Undo::ReleaseIpam);
-        let result = v100::Result::try_from(allocated).map_err(|e| BridgeError::Ipam {
-            action: "cannot convert the result of",
-            plugin,
-            source: InvokeError::Result(e),
-        })?;
-        if result.ips.is_empty() {
-            return Err(BridgeError::IpamNoIps);
-        }
-        Ok(result)
-    }
-
     /// Puts the gateway addresses on the bridge, or on `<bridge>.<vlan>`
     /// (returned, for the result) in a VLAN network.
     fn add_gateways(
@@ -353,11 +445,12 @@ impl<E: Exec> Attach<'_, E> {
         }
     }
 
-    /// The reference's wait for the bridge port to be operationally up.
+    /// The reference's wait for the bridge port to be operationally up,
+    /// looking more often than the reference does.
     fn wait_port_up(&mut self, host_end: &LinkInfo) -> Result<LinkInfo, BridgeError> {
-        let mut state = host_end.oper_state;
-        for wait in PORT_UP_WAITS_MS {
-            thread::sleep(Duration::from_millis(wait));
+        let deadline = Instant::now() + PORT_UP_TIMEOUT;
+        let mut pause = PORT_UP_FIRST_PAUSE;
+        loop {
             let Some(link) = self.host.link_by_index(host_end.index)? else {
                 return Err(BridgeError::PortNotUp(format!(
                     "{:?} disappeared",
@@ -367,9 +460,15 @@ impl<E: Exec> Attach<'_, E> {
             if link.oper_state == OperState::Up {
                 return Ok(link);
             }
-            state = link.oper_state;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BridgeError::PortNotUp(
+                    link.oper_state.to_string().to_lowercase(),
+                ));
+            }
+            thread::sleep(pause.min(left));
+            pause = (pause * 2).min(PORT_UP_MAX_PAUSE);
         }
-        Err(BridgeError::PortNotUp(state.to_string().to_lowercase()))
     }
 
     /// Undoes the recorded changes; failures are logged, the error that

@@ -3,14 +3,16 @@
 //! detection (what the reference's `ipam.ConfigureIface` does).
 //!
 //! Addresses and routes go through a netlink socket bound to the container
-//! namespace; only the `/proc/sys` writes need a thread inside it.
+//! namespace; only the `/proc/sys` writes need a thread inside it. ADD
+//! writes the settings that do not depend on the addresses while IPAM runs
+//! ([`start_sysctls`]), the IPv6 ones after ([`finish_sysctls`]).
 
 use std::net::IpAddr;
-use std::thread;
+use std::thread::{self, Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 use libcni::netlink::{self, Address, OperState, RouteSocket};
-use libcni::netns::NetNs;
+use libcni::netns::{NetNs, NetNsError};
 use libcni::sysctl;
 use libcni::types::v100;
 use netlink_packet_route::address::AddressFlags;
@@ -31,41 +33,78 @@ pub struct InterfaceSysctls<'a> {
     pub has_ipv6: bool,
 }
 
-/// Writes the interface's sysctls in one visit to the namespace. DAD and
-/// ARP-notify values are best effort, as in the reference; failing to
-/// enable IPv6 for an IPv6 address is an error.
-pub fn apply_sysctls(netns: &NetNs, settings: InterfaceSysctls<'_>) -> Result<(), BridgeError> {
-    let written = netns.run(|| write_sysctls(settings));
-    match written {
-        Ok(result) => result,
-        Err(source) => Err(BridgeError::NetNs {
-            path: netns.path().display().to_string(),
-            source,
-        }),
+/// Starts writing the settings that do not depend on the addresses (DAD
+/// and ARP notify, best effort as in the reference) on a thread inside
+/// `netns`, so that the caller can get the addresses meanwhile;
+/// [`finish_sysctls`] adds the IPv6 ones. Together they write the
+/// reference's settings, in its order.
+pub fn start_sysctls<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    netns: &'scope NetNs,
+    ifname: &'scope str,
+    enable_dad: bool,
+) -> Result<EarlySysctls<'scope>, BridgeError> {
+    let worker = in_netns(
+        netns,
+        netns.spawn_scoped(scope, move || write_neighbour_sysctls(ifname, enable_dad)),
+    )?;
+    Ok(EarlySysctls { netns, worker })
+}
+
+/// The sysctls [`start_sysctls`] is writing.
+pub struct EarlySysctls<'scope> {
+    netns: &'scope NetNs,
+    worker: ScopedJoinHandle<'scope, Result<(), NetNsError>>,
+}
+
+impl EarlySysctls<'_> {
+    /// Waits for the early settings: an error here is about the thread or
+    /// the namespace, never a setting.
+    pub fn wait(self) -> Result<(), BridgeError> {
+        in_netns(self.netns, self.netns.join(self.worker))
     }
 }
 
-fn write_sysctls(settings: InterfaceSysctls<'_>) -> Result<(), BridgeError> {
-    let ifname = settings.ifname;
+/// Completes [`start_sysctls`] once the addresses are known: IPv6 on, and
+/// addresses kept when the link goes down; failing that is an error.
+/// Without IPv6 addresses there is nothing to write and no visit.
+pub fn finish_sysctls(netns: &NetNs, settings: InterfaceSysctls<'_>) -> Result<(), BridgeError> {
+    if !settings.has_ipv6 {
+        return Ok(());
+    }
+    in_netns(netns, netns.run(|| write_ipv6_sysctls(settings)))?
+}
+
+fn in_netns<T>(netns: &NetNs, outcome: Result<T, NetNsError>) -> Result<T, BridgeError> {
+    outcome.map_err(|source| BridgeError::NetNs {
+        path: netns.path().display().to_string(),
+        source,
+    })
+}
+
+/// DAD and ARP notify, best effort as in the reference.
+fn write_neighbour_sysctls(ifname: &str, enable_dad: bool) {
     let best_effort = |path: String, value: &str| {
         if let Err(e) = sysctl::set(&path, value) {
             log::debug!("{e}");
         }
     };
-    if settings.enable_dad {
+    if enable_dad {
         best_effort(format!("net/ipv6/conf/{ifname}/enhanced_dad"), "1");
         best_effort(format!("net/ipv6/conf/{ifname}/accept_dad"), "1");
     } else {
         best_effort(format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
     }
     best_effort(format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
-    if settings.has_ipv6 {
-        for name in ["lo", ifname] {
-            // `set` reads first and writes only a different value.
-            sysctl::set(&format!("net/ipv6/conf/{name}/disable_ipv6"), "0")?;
-        }
-        sysctl::set(&format!("net/ipv6/conf/{ifname}/keep_addr_on_down"), "1")?;
+}
+
+fn write_ipv6_sysctls(settings: InterfaceSysctls<'_>) -> Result<(), BridgeError> {
+    let ifname = settings.ifname;
+    for name in ["lo", ifname] {
+        // `set` reads first and writes only a different value.
+        sysctl::set(&format!("net/ipv6/conf/{name}/disable_ipv6"), "0")?;
     }
+    sysctl::set(&format!("net/ipv6/conf/{ifname}/keep_addr_on_down"), "1")?;
     Ok(())
 }
 

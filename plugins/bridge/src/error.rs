@@ -77,6 +77,8 @@ pub enum BridgeError {
     Check(String),
     #[error("{0}")]
     Injected(String),
+    #[error("{0} ended without a result")]
+    WorkerLost(&'static str),
     #[error("{}", join(.0))]
     Several(Vec<BridgeError>),
 }
@@ -90,6 +92,12 @@ fn join(errors: &[BridgeError]) -> String {
 }
 
 impl BridgeError {
+    /// The calling thread was left inside another namespace: the verb
+    /// must stop (see [`libcni::netns::NetNs::enter_briefly`]).
+    pub fn left_thread_inside(&self) -> bool {
+        matches!(self, BridgeError::NetNs { source, .. } if source.left_thread_inside())
+    }
+
     /// One error from many (DEL and GC go on after a failure); `None` when
     /// there were none.
     pub fn from_many(mut errors: Vec<BridgeError>) -> Option<BridgeError> {

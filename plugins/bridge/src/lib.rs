@@ -2,6 +2,7 @@
 //! through a veth pair, with optional gateway, masquerade and VLANs.
 
 pub mod add;
+pub mod background;
 pub mod bridge_link;
 pub mod bridge_port;
 pub mod check;

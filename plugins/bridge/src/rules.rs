@@ -32,7 +32,12 @@ pub struct SpoofCheck<'a> {
     pub ifname: &'a str,
 }
 
-pub trait AttachmentRules {
+/// `Sync`: ADD probes the masquerade backend on a worker thread.
+pub trait AttachmentRules: Sync {
+    /// The backend for a configuration that names none, as the system
+    /// allows (a probe with no side effects).
+    fn probe_masquerade_backend(&self) -> Result<MasqBackend, BridgeError>;
+    /// With `masq.backend` unset, probes first.
     fn setup_masquerade(&self, masq: &Masquerade<'_>) -> Result<(), BridgeError>;
     /// Removes the rules of every backend; rules already gone are fine.
     fn teardown_masquerade(&self, masq: &Masquerade<'_>) -> Result<(), BridgeError>;
@@ -49,10 +54,14 @@ pub trait AttachmentRules {
 pub struct SystemRules;
 
 impl AttachmentRules for SystemRules {
+    fn probe_masquerade_backend(&self) -> Result<MasqBackend, BridgeError> {
+        Ok(ipmasq::select_backend(None)?)
+    }
+
     fn setup_masquerade(&self, masq: &Masquerade<'_>) -> Result<(), BridgeError> {
         let backend = match masq.backend {
             Some(backend) => backend,
-            None => ipmasq::select_backend(None)?,
+            None => self.probe_masquerade_backend()?,
         };
         ipmasq::setup(
             backend,
