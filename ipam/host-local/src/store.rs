@@ -16,11 +16,15 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libcni::plugin_conf::is_valid_cni_name;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, AT_FDCWD};
+use nix::unistd::linkat;
 
 use crate::index::{Index, LAST_RESERVED_PREFIX};
 use crate::lease::{Attachment, LeaseOwner};
@@ -257,14 +261,13 @@ impl LockedStore<'_> {
             }
         };
 
-        let mut file = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+        match create_lease(
+            &self.store.dir,
+            &path,
+            attachment.lease_content().as_bytes(),
+        ) {
+            Ok(true) => self.changed = true,
+            Ok(false) => {
                 undo_hint(self);
                 return Ok(false);
             }
@@ -272,14 +275,6 @@ impl LockedStore<'_> {
                 undo_hint(self);
                 return Err(StoreError::io("create lease file", &path)(e));
             }
-        };
-        self.changed = true;
-        let written = file.write_all(attachment.lease_content().as_bytes());
-        drop(file);
-        if let Err(e) = written {
-            let _ = fs::remove_file(&path);
-            undo_hint(self);
-            return Err(StoreError::io("write lease file", &path)(e));
         }
 
         let last_path = self.store.last_reserved_path(set_idx);
@@ -573,6 +568,70 @@ fn read_lease(path: &Path) -> io::Result<Option<Vec<u8>>> {
     let mut content = Vec::new();
     file.take(MAX_LEASE_FILE).read_to_end(&mut content)?;
     Ok(Some(content))
+}
+
+/// The fallback's temporary lease, in the network directory; the name is
+/// no address, so no reader takes it for a lease.
+const LEASE_TMP: &str = ".host-local-lease.tmp";
+
+/// Creates the lease file `path` (in `dir`) holding `content`, all at once:
+/// it appears complete or not at all. Creating it empty and writing after
+/// (as the reference does) leaves, when the process is killed in between,
+/// an empty lease that names nobody: DEL cannot find it and the address
+/// stays taken until a GC. `Ok(false)` when the address is taken.
+fn create_lease(dir: &Path, path: &Path, content: &[u8]) -> io::Result<bool> {
+    match create_lease_from_tmpfile(dir, path, content) {
+        Err(e) if tmpfile_unusable(&e) => create_lease_from_named_tmp(dir, path, content),
+        other => other,
+    }
+}
+
+/// An unnamed file (`O_TMPFILE`) written, then linked under its name: a
+/// crash at any point leaves nothing behind.
+fn create_lease_from_tmpfile(dir: &Path, path: &Path, content: &[u8]) -> io::Result<bool> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .custom_flags(OFlag::O_TMPFILE.bits())
+        .mode(0o600)
+        .open(dir)?;
+    file.write_all(content)?;
+    // Linking an unnamed file by its /proc path needs no privilege
+    // (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+    let proc_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    match linkat(
+        AT_FDCWD,
+        proc_path.as_path(),
+        AT_FDCWD,
+        path,
+        AtFlags::AT_SYMLINK_FOLLOW,
+    ) {
+        Ok(()) => Ok(true),
+        Err(Errno::EEXIST) => Ok(false),
+        Err(errno) => Err(io::Error::from(errno)),
+    }
+}
+
+/// File systems without `O_TMPFILE` (or a process without /proc) take the
+/// named-file way.
+fn tmpfile_unusable(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(Errno::from_raw),
+        Some(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL | Errno::ENOENT)
+    )
+}
+
+/// A named temporary file written, then hard-linked under the lease's
+/// name (which fails if the address is taken). The store lock makes the
+/// temporary name ours alone; a crash can leave it behind, never a lease.
+fn create_lease_from_named_tmp(dir: &Path, path: &Path, content: &[u8]) -> io::Result<bool> {
+    let tmp = dir.join(LEASE_TMP);
+    let linked = write_replace(&tmp, content).and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Replaces a small file's content in place (mode 0600 when created), as

@@ -566,3 +566,50 @@ fn a_damaged_entry_found_while_the_stamp_is_current_is_rebuilt() {
         [ip("10.1.2.2"), ip("2001:db8::2")]
     );
 }
+
+/// Regression (resilience tests, SIGKILL during ADD): the lease file used
+/// to be created empty and written after, so a kill in between left an
+/// empty lease that DEL could not find. Both ways of creating it now
+/// publish the file whole, refuse a taken address without touching it, and
+/// leave nothing else in the directory.
+#[test]
+fn leases_are_created_whole_or_not_at_all() {
+    type Create = fn(&Path, &Path, &[u8]) -> io::Result<bool>;
+    let ways: [(&str, Create); 3] = [
+        ("chosen", create_lease),
+        ("unnamed file", create_lease_from_tmpfile),
+        ("named file", create_lease_from_named_tmp),
+    ];
+    for (way, create) in ways {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = dir.path().join("10.1.2.3");
+        assert!(create(dir.path(), &lease, b"a\r\neth0").unwrap(), "{way}");
+        assert_eq!(fs::read_to_string(&lease).unwrap(), "a\r\neth0", "{way}");
+        assert_eq!(
+            fs::metadata(&lease).unwrap().permissions().mode() & 0o777,
+            0o600,
+            "{way}"
+        );
+        assert!(!create(dir.path(), &lease, b"b\r\neth0").unwrap(), "{way}");
+        assert_eq!(fs::read_to_string(&lease).unwrap(), "a\r\neth0", "{way}");
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["10.1.2.3"], "{way}");
+    }
+}
+
+#[test]
+fn the_named_file_way_replaces_a_temporary_file_left_by_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join(LEASE_TMP),
+        "stale content, longer than a lease",
+    )
+    .unwrap();
+    let lease = dir.path().join("10.1.2.3");
+    assert!(create_lease_from_named_tmp(dir.path(), &lease, b"a\r\neth0").unwrap());
+    assert_eq!(fs::read_to_string(&lease).unwrap(), "a\r\neth0");
+    assert!(!dir.path().join(LEASE_TMP).exists());
+}
