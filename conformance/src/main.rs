@@ -85,11 +85,11 @@ struct BenchArgs {
     /// Directory holding the reference plugin binaries.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference: PathBuf,
-    /// Which benchmarks: version, host-local, chain, chain-portmap.
+    /// Which benchmarks: version, host-local, chain, chain-portmap, workers.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "version,host-local,chain"
+        default_value = "version,host-local,chain,chain-portmap,workers"
     )]
     only: Vec<String>,
     /// Rounds of the VERSION measurement.
