@@ -329,8 +329,15 @@ impl CniConfig {
         }
         let cached = self.cached_result_for(&list.name, &list.cni_version, rt)?;
         for plugin in &list.plugins {
-            self.check_one(&list.name, &list.cni_version, plugin, cached.as_ref(), rt)
-                .map_err(|e| e.in_plugin(plugin, &list.name, "check"))?;
+            self.run_one(
+                Command::Check,
+                &list.name,
+                &list.cni_version,
+                plugin,
+                cached.as_ref(),
+                rt,
+            )
+            .map_err(|e| e.in_plugin(plugin, &list.name, "check"))?;
         }
         Ok(())
     }
@@ -343,7 +350,8 @@ impl CniConfig {
     ) -> Result<(), RuntimeError> {
         require_check(plugin.cni_version())?;
         let cached = self.cached_result_for(plugin.name(), plugin.cni_version(), rt)?;
-        self.check_one(
+        self.run_one(
+            Command::Check,
             plugin.name(),
             plugin.cni_version(),
             plugin,
@@ -366,8 +374,10 @@ impl CniConfig {
             })
     }
 
-    fn check_one(
+    /// CHECK or DEL of one plugin: neither prints a result.
+    fn run_one(
         &self,
+        command: Command,
         network: &str,
         version: &str,
         plugin: &PluginConfig,
@@ -380,7 +390,7 @@ impl CniConfig {
             self.exec.as_ref(),
             &path,
             conf.bytes(),
-            &self.env(Command::Check, rt),
+            &self.env(command, rt),
         )?)
     }
 
@@ -403,8 +413,15 @@ impl CniConfig {
         let rt = self.with_cached_capability_args(&list.name, rt);
         let cached = self.cached_result_for_del(&list.name, &list.cni_version, &rt)?;
         for plugin in list.plugins.iter().rev() {
-            self.del_one(&list.name, &list.cni_version, plugin, cached.as_ref(), &rt)
-                .map_err(|e| e.in_plugin(plugin, &list.name, "delete"))?;
+            self.run_one(
+                Command::Del,
+                &list.name,
+                &list.cni_version,
+                plugin,
+                cached.as_ref(),
+                &rt,
+            )
+            .map_err(|e| e.in_plugin(plugin, &list.name, "delete"))?;
         }
         self.forget(&list.name, &rt);
         Ok(())
@@ -414,7 +431,8 @@ impl CniConfig {
     pub fn del_network(&self, plugin: &PluginConfig, rt: &RuntimeConf) -> Result<(), RuntimeError> {
         let rt = self.with_cached_capability_args(plugin.name(), rt);
         let cached = self.cached_result_for_del(plugin.name(), plugin.cni_version(), &rt)?;
-        self.del_one(
+        self.run_one(
+            Command::Del,
             plugin.name(),
             plugin.cni_version(),
             plugin,
@@ -468,24 +486,6 @@ impl CniConfig {
         if let Err(e) = self.cache.remove(network, &rt.container_id, &rt.ifname) {
             log::debug!("cache entry of network {network:?} not removed: {e}");
         }
-    }
-
-    fn del_one(
-        &self,
-        network: &str,
-        version: &str,
-        plugin: &PluginConfig,
-        prev_result: Option<&AnyResult>,
-        rt: &RuntimeConf,
-    ) -> Result<(), RuntimeError> {
-        let path = self.locate(plugin.plugin_type())?;
-        let conf = build_one_config(network, version, plugin, prev_result, Some(rt))?;
-        Ok(exec_plugin_without_result(
-            self.exec.as_ref(),
-            &path,
-            conf.bytes(),
-            &self.env(Command::Del, rt),
-        )?)
     }
 
     // ----- GC / STATUS -----
