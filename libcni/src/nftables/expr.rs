@@ -8,9 +8,14 @@
 //!
 //! `payload`, `meta`, `bitwise`, `cmp` and `immediate` are encoded and
 //! decoded with `netlink-packet-netfilter`'s types. The crate has no type
-//! for `fib`, `nat` and `masq`: those are hand-encoded here as raw
-//! attributes (`Expressions::Other`), with the values of
-//! `include/uapi/linux/netfilter/nf_tables.h`.
+//! for `fib`, `nat`, `masq`, `counter`, `match` and `target`: those are
+//! hand-encoded here as raw attributes (`Expressions::Other`), with the
+//! values of `include/uapi/linux/netfilter/nf_tables.h`.
+//!
+//! `counter`, `match` and `target` are what iptables-nft writes: every rule
+//! it makes counts, and `-m comment` / `-j MASQUERADE` become x_tables
+//! extensions run through nf_tables' compat layer (`xt match` / `xt
+//! target` with the extension's own info struct).
 
 use netlink_packet_core::{DefaultNla, Nla, NlasIterator, Parseable, NLA_TYPE_MASK};
 use netlink_packet_netfilter::nftables::{
@@ -39,6 +44,12 @@ const NFT_NAT_DNAT: u32 = 1;
 /// The kernel adds this flag itself when a rule has an address register.
 const NF_NAT_RANGE_MAP_IPS: u32 = 1 << 0;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
+const NFTA_COUNTER_BYTES: u16 = 1;
+const NFTA_COUNTER_PACKETS: u16 = 2;
+/// `NFTA_MATCH_NAME`/`_REV`/`_INFO`, and the same numbers for `NFTA_TARGET_*`.
+const NFTA_XT_NAME: u16 = 1;
+const NFTA_XT_REV: u16 = 2;
+const NFTA_XT_INFO: u16 = 3;
 const NFT_REG_1: u32 = 1;
 const NFT_REG_2: u32 = 2;
 /// Verdict codes of `include/uapi/linux/netfilter.h` that the crate's
@@ -134,6 +145,22 @@ pub enum Expr {
     Dnat { family: Family },
     /// `masq`
     Masquerade,
+    /// `counter`: how many packets and bytes the rule matched. Written
+    /// from zero; any counts read back as the same expression.
+    Counter,
+    /// `match <name> rev <revision>`: an x_tables match, `info` being its
+    /// info struct exactly as the kernel module takes it.
+    XtMatch {
+        name: String,
+        revision: u32,
+        info: Vec<u8>,
+    },
+    /// `target <name> rev <revision>`: an x_tables target.
+    XtTarget {
+        name: String,
+        revision: u32,
+        info: Vec<u8>,
+    },
 }
 
 impl Expr {
@@ -148,6 +175,9 @@ impl Expr {
             Expr::FibDaddrType => "fib",
             Expr::Dnat { .. } => "nat",
             Expr::Masquerade => "masq",
+            Expr::Counter => "counter",
+            Expr::XtMatch { .. } => "match",
+            Expr::XtTarget { .. } => "target",
         }
     }
 
@@ -261,6 +291,23 @@ impl Expr {
                 ],
             ),
             Expr::Masquerade => other("masq", &[]),
+            Expr::Counter => Expressions::Other {
+                expression_type: "counter".to_string(),
+                attributes: vec![
+                    DefaultNla::new(NFTA_COUNTER_BYTES, 0u64.to_be_bytes().to_vec()),
+                    DefaultNla::new(NFTA_COUNTER_PACKETS, 0u64.to_be_bytes().to_vec()),
+                ],
+            },
+            Expr::XtMatch {
+                name,
+                revision,
+                info,
+            } => xt("match", name, *revision, info),
+            Expr::XtTarget {
+                name,
+                revision,
+                info,
+            } => xt("target", name, *revision, info),
         };
         ListAttribute::from(expressions)
     }
@@ -275,6 +322,21 @@ fn other(name: &str, attributes: &[(u16, u32)]) -> Expressions {
             .iter()
             .map(|(kind, value)| DefaultNla::new(*kind, value.to_be_bytes().to_vec()))
             .collect(),
+    }
+}
+
+/// An x_tables extension: its name (NUL-terminated, as the kernel wants
+/// it), revision and info struct.
+fn xt(kind: &str, name: &str, revision: u32, info: &[u8]) -> Expressions {
+    let mut name = name.as_bytes().to_vec();
+    name.push(0);
+    Expressions::Other {
+        expression_type: kind.to_string(),
+        attributes: vec![
+            DefaultNla::new(NFTA_XT_NAME, name),
+            DefaultNla::new(NFTA_XT_REV, revision.to_be_bytes().to_vec()),
+            DefaultNla::new(NFTA_XT_INFO, info.to_vec()),
+        ],
     }
 }
 
@@ -393,15 +455,23 @@ fn decode(element: ListAttribute<ExpressionAttribute>) -> Option<Expr> {
             expression_type,
             attributes,
         } => {
-            let values: Option<Vec<(u16, u32)>> = attributes
+            let raw: Vec<(u16, Vec<u8>)> = attributes
                 .iter()
                 .map(|a| {
                     let mut value = vec![0u8; a.value_len()];
                     a.emit_value(&mut value);
-                    Some((a.kind() & NLA_TYPE_MASK, be_u32(&value)?))
+                    (a.kind() & NLA_TYPE_MASK, value)
                 })
                 .collect();
-            decode_other(&expression_type, &values?)
+            match expression_type.as_str() {
+                "counter" => decode_counter(&raw),
+                "match" | "target" => decode_xt(&expression_type, &raw),
+                _ => {
+                    let values: Option<Vec<(u16, u32)>> =
+                        raw.iter().map(|(k, v)| Some((*k, be_u32(v)?))).collect();
+                    decode_other(&expression_type, &values?)
+                }
+            }
         }
         _ => None,
     }
@@ -424,6 +494,43 @@ fn decode_verdict(attrs: Vec<VerdictAttribute>) -> Option<Verdict> {
         (NftVerdict::Goto, Some(chain)) => Some(Verdict::Goto(chain)),
         _ => None,
     }
+}
+
+/// `counter` with its two 64-bit counts (whatever they are by now).
+fn decode_counter(raw: &[(u16, Vec<u8>)]) -> Option<Expr> {
+    raw.iter()
+        .all(|(k, v)| matches!(*k, NFTA_COUNTER_BYTES | NFTA_COUNTER_PACKETS) && v.len() == 8)
+        .then_some(Expr::Counter)
+}
+
+/// `match` / `target` with name, revision and info.
+fn decode_xt(kind: &str, raw: &[(u16, Vec<u8>)]) -> Option<Expr> {
+    let (mut name, mut revision, mut info) = (None, None, None);
+    for (k, v) in raw {
+        match *k {
+            NFTA_XT_NAME => {
+                let text = v.strip_suffix(&[0]).unwrap_or(v);
+                name = Some(String::from_utf8(text.to_vec()).ok()?);
+            }
+            NFTA_XT_REV => revision = Some(be_u32(v)?),
+            NFTA_XT_INFO => info = Some(v.clone()),
+            _ => return None,
+        }
+    }
+    let (name, revision, info) = (name?, revision?, info?);
+    Some(if kind == "match" {
+        Expr::XtMatch {
+            name,
+            revision,
+            info,
+        }
+    } else {
+        Expr::XtTarget {
+            name,
+            revision,
+            info,
+        }
+    })
 }
 
 /// `fib`, `nat` and `masq` from their attributes as the kernel dumps them.

@@ -186,6 +186,12 @@ impl ListedRule {
     pub fn expressions(&self) -> Option<Vec<Expr>> {
         expr::decode_list(&self.expressions)
     }
+
+    /// The raw `NFTA_RULE_EXPRESSIONS`, to compare a rule with one another
+    /// program wrote.
+    pub fn raw_expressions(&self) -> &[u8] {
+        &self.expressions
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

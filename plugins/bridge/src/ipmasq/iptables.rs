@@ -9,11 +9,15 @@
 //! ```
 //!
 //! The reference runs one `iptables` process per rule and list. Here every
-//! operation reads the table once (`iptables-save -t nat`) and applies its
-//! changes with one `iptables-restore --noflush` per address family, which
-//! is atomic and waits a bounded time for the xtables lock. Reading first
-//! makes ADD idempotent (no duplicate rules) and lets DEL delete exactly the
-//! rules that exist, which `iptables-restore` requires.
+//! operation reads the table once and applies its changes at once, per
+//! address family: where `iptables` is iptables-nft, in-process over
+//! netlink as iptables-nft itself would write them ([`nft`]); elsewhere
+//! (iptables-legacy) with `iptables-save -t nat` and one
+//! `iptables-restore --noflush`, which is atomic and waits a bounded time
+//! for the xtables lock. Reading first makes ADD idempotent (no duplicate
+//! rules) and lets DEL delete exactly the rules that exist.
+
+mod nft;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -32,9 +36,19 @@ pub const LOCK_WAIT_SECONDS: u32 = 10;
 /// `iptables-restore` exits with this status when it could not get the lock.
 const RESOURCE_PROBLEM: i32 = 4;
 
+/// How changes reach the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// In-process nf_tables messages, as iptables-nft writes them.
+    Netlink,
+    /// `iptables-save` and `iptables-restore`.
+    Programs,
+}
+
 /// One address family's tools.
 #[derive(Debug, Clone)]
 pub(crate) struct Tools {
+    writer: Writer,
     save: String,
     restore: String,
     multicast: IpNetwork,
@@ -47,6 +61,7 @@ pub(crate) struct Tools {
 impl Tools {
     pub(crate) fn v4() -> Tools {
         Tools {
+            writer: Writer::detect("iptables-save"),
             save: "iptables-save".into(),
             restore: "iptables-restore".into(),
             multicast: network([224, 0, 0, 0].into(), 4),
@@ -57,6 +72,7 @@ impl Tools {
 
     pub(crate) fn v6() -> Tools {
         Tools {
+            writer: Writer::detect("ip6tables-save"),
             save: "ip6tables-save".into(),
             restore: "ip6tables-restore".into(),
             multicast: network([0xff00, 0, 0, 0, 0, 0, 0, 0].into(), 8),
@@ -80,6 +96,14 @@ impl Tools {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         self.lock_wait_seconds = lock_wait_seconds;
+        self.writer = Writer::Programs;
+        self
+    }
+
+    /// The same tools with another writer (tests run both).
+    #[cfg(test)]
+    fn with_writer(mut self, writer: Writer) -> Tools {
+        self.writer = writer;
         self
     }
 
@@ -87,10 +111,44 @@ impl Tools {
         self.multicast.is_ipv4()
     }
 
-    /// The current `nat` table.
-    pub(crate) fn read_nat(&self) -> Result<NatTable, IpMasqError> {
+    /// The current `nat` table, or with the netlink writer what an
+    /// operation on `chain` needs of it (see [`nft::read`]).
+    pub(crate) fn read_nat(&self, chain: Option<&str>) -> Result<NatTable, IpMasqError> {
+        if self.writer == Writer::Netlink {
+            // Failing to read is failing to read, whichever way: the same
+            // error as a failed `iptables-save`, which DEL and GC ignore.
+            return nft::read(self.is_v4(), chain).map_err(|e| IpMasqError::Command {
+                program: self.save.clone(),
+                status: "over netlink".into(),
+                stderr: e.to_string(),
+            });
+        }
         let out = self.run(&self.save, &["-t", "nat"], None)?;
         Ok(NatTable::parse(&out))
+    }
+
+    /// Whether iptables works here (the backend choice when none is
+    /// configured): nf_tables answers, or `iptables-save` runs.
+    pub(crate) fn usable(&self) -> bool {
+        match self.writer {
+            Writer::Netlink => libcni::nftables::NfTablesSocket::open()
+                .and_then(|mut s| s.probe())
+                .is_ok(),
+            Writer::Programs => self.read_nat(None).is_ok(),
+        }
+    }
+
+    /// Applies `changes` read from `table` at once.
+    fn apply(&self, changes: &[Change], table: &NatTable) -> Result<(), IpMasqError> {
+        if self.writer == Writer::Netlink {
+            if let Some(batch) = nft::batch(changes, table, self.is_v4()) {
+                log::debug!("{} nat: {} changes over netlink", self.save, changes.len());
+                return nft::commit(batch);
+            }
+            log::debug!("a rule iptables-nft would refuse: running the programs");
+        }
+        let lines: Vec<String> = changes.iter().map(Change::restore_line).collect();
+        self.restore(&lines)
     }
 
     /// Applies a restore script (without the `*nat`/`COMMIT` frame).
@@ -158,6 +216,40 @@ impl Tools {
             status: out.status.to_string(),
             stderr,
         })
+    }
+}
+
+impl Writer {
+    /// Netlink where `program` is iptables-nft, else the programs.
+    fn detect(program: &str) -> Writer {
+        if nft::is_iptables_nft(program) {
+            Writer::Netlink
+        } else {
+            Writer::Programs
+        }
+    }
+}
+
+/// One change to the `nat` table.
+#[derive(Debug, Clone)]
+pub(crate) enum Change {
+    NewChain(String),
+    Append { chain: String, spec: RuleSpec },
+    Delete(SavedRule),
+    Flush(String),
+    DeleteChain(String),
+}
+
+impl Change {
+    /// The change as an `iptables-restore` line.
+    fn restore_line(&self) -> String {
+        match self {
+            Change::NewChain(chain) => format!(":{chain} - [0:0]"),
+            Change::Append { chain, spec } => format!("-A {chain} {}", spec.render()),
+            Change::Delete(rule) => format!("-D {}", rule.text),
+            Change::Flush(chain) => format!("-F {chain}"),
+            Change::DeleteChain(chain) => format!("-X {chain}"),
+        }
     }
 }
 
@@ -243,6 +335,8 @@ pub(crate) struct SavedRule {
     /// The text after `-A `, which `-D ` takes back verbatim.
     text: String,
     spec: RuleSpec,
+    /// The nf_tables handle, when read over netlink.
+    handle: Option<u64>,
 }
 
 /// The `nat` table as `iptables-save -t nat` prints it.
@@ -269,6 +363,7 @@ impl NatTable {
                     chain: chain.clone(),
                     text: rest.to_string(),
                     spec: RuleSpec::parse(args),
+                    handle: None,
                 });
             }
         }
@@ -382,10 +477,10 @@ pub(crate) fn setup_family(
     // restore fail as a whole; reading again settles it.
     let mut attempt = 1;
     loop {
-        let mut table = tools.read_nat()?;
-        let mut lines = Vec::new();
+        let mut table = tools.read_nat(Some(&chain))?;
+        let mut changes = Vec::new();
         if !table.chains.contains(&chain) {
-            lines.push(format!(":{chain} - [0:0]"));
+            changes.push(Change::NewChain(chain.clone()));
         }
         for ip in ips {
             let wanted = [
@@ -419,21 +514,24 @@ pub(crate) fn setup_family(
             ];
             for (in_chain, spec) in wanted {
                 if !table.has_rule(in_chain, &spec) {
-                    let text = format!("{in_chain} {}", spec.render());
-                    lines.push(format!("-A {text}"));
                     table.rules.push(SavedRule {
                         chain: in_chain.to_string(),
-                        text,
+                        text: format!("{in_chain} {}", spec.render()),
+                        spec: spec.clone(),
+                        handle: None,
+                    });
+                    changes.push(Change::Append {
+                        chain: in_chain.to_string(),
                         spec,
                     });
                 }
             }
         }
-        if lines.is_empty() {
+        if changes.is_empty() {
             return Ok(());
         }
-        match tools.restore(&lines) {
-            Err(IpMasqError::Command { .. }) if attempt < 3 => attempt += 1,
+        match tools.apply(&changes, &table) {
+            Err(e) if attempt < 3 && e.is_race() => attempt += 1,
             other => return other,
         }
     }
@@ -507,20 +605,20 @@ pub(crate) fn teardown_family(
     let chain = iptables_chain(network, container_id);
     let mut attempt = 1;
     loop {
-        let table = tools.read_nat()?;
-        let lines = teardown_lines(&table, &chain, scope);
-        if lines.is_empty() {
+        let table = tools.read_nat(Some(&chain))?;
+        let changes = teardown_changes(&table, &chain, scope);
+        if changes.is_empty() {
             return Ok(());
         }
-        match tools.restore(&lines) {
-            Err(IpMasqError::Command { .. }) if attempt < 3 => attempt += 1,
+        match tools.apply(&changes, &table) {
+            Err(e) if attempt < 3 && e.is_race() => attempt += 1,
             other => return other,
         }
     }
 }
 
-fn teardown_lines(table: &NatTable, chain: &str, scope: Scope<'_>) -> Vec<String> {
-    let mut lines = Vec::new();
+fn teardown_changes(table: &NatTable, chain: &str, scope: Scope<'_>) -> Vec<Change> {
+    let mut changes = Vec::new();
     let mut remaining = 0;
     for rule in table.references(chain) {
         let ours = match scope {
@@ -532,7 +630,7 @@ fn teardown_lines(table: &NatTable, chain: &str, scope: Scope<'_>) -> Vec<String
             }),
         };
         if ours {
-            lines.push(format!("-D {}", rule.text));
+            changes.push(Change::Delete(rule.clone()));
         } else {
             remaining += 1;
         }
@@ -540,10 +638,10 @@ fn teardown_lines(table: &NatTable, chain: &str, scope: Scope<'_>) -> Vec<String
     // Another interface of the same container on the same network shares
     // the chain (the chain name ignores the interface): keep it for that one.
     if remaining == 0 && table.chains.contains(chain) {
-        lines.push(format!("-F {chain}"));
-        lines.push(format!("-X {chain}"));
+        changes.push(Change::Flush(chain.to_string()));
+        changes.push(Change::DeleteChain(chain.to_string()));
     }
-    lines
+    changes
 }
 
 /// GC: deletes the chains of this network whose container is not in
@@ -567,16 +665,16 @@ pub(crate) fn gc_family(
     let valid_ids: BTreeSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
     let mut attempt = 1;
     loop {
-        let table = tools.read_nat()?;
-        let mut lines = Vec::new();
+        let table = tools.read_nat(None)?;
+        let mut changes = Vec::new();
         for chain in stale_chains(&table, network, &valid_ids) {
-            lines.extend(teardown_lines(&table, &chain, Scope::Everything));
+            changes.extend(teardown_changes(&table, &chain, Scope::Everything));
         }
-        if lines.is_empty() {
+        if changes.is_empty() {
             return Ok(());
         }
-        match tools.restore(&lines) {
-            Err(IpMasqError::Command { .. }) if attempt < 3 => attempt += 1,
+        match tools.apply(&changes, &table) {
+            Err(e) if attempt < 3 && e.is_race() => attempt += 1,
             other => return other,
         }
     }
@@ -684,6 +782,10 @@ COMMIT
         s.parse().unwrap()
     }
 
+    fn lines_of(changes: Vec<Change>) -> Vec<String> {
+        changes.iter().map(Change::restore_line).collect()
+    }
+
     #[test]
     fn parses_reference_save_output() {
         let table = NatTable::parse(SAVED);
@@ -728,11 +830,11 @@ COMMIT
         ));
         let table = NatTable::parse(&text);
         let ips = [ip("10.88.0.2/16")];
-        let lines = teardown_lines(&table, chain, Scope::Addresses(&ips));
+        let lines = lines_of(teardown_changes(&table, chain, Scope::Addresses(&ips)));
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].starts_with("-D POSTROUTING -s 10.88.0.2/32 "));
         // Without addresses, everything of the chain goes.
-        let lines = teardown_lines(&table, chain, Scope::Everything);
+        let lines = lines_of(teardown_changes(&table, chain, Scope::Everything));
         assert_eq!(lines.len(), 4, "{lines:?}");
         assert_eq!(lines[3], format!("-X {chain}"));
     }
@@ -743,7 +845,7 @@ COMMIT
         let text = SAVED.replace("-s 10.88.0.2/32", "-s 10.88.0.0/16");
         let table = NatTable::parse(&text);
         let ips = [ip("10.88.0.2/16")];
-        let lines = teardown_lines(&table, chain, Scope::Addresses(&ips));
+        let lines = lines_of(teardown_changes(&table, chain, Scope::Addresses(&ips)));
         assert_eq!(lines.len(), 3, "{lines:?}");
     }
 
@@ -773,6 +875,104 @@ COMMIT
         }
         for bad in ["", "\"", "noquotes", "\"a\"b\"", "\"\\q\"", "\"\\x1\""] {
             assert_eq!(go_unquote(bad), None, "{bad}");
+        }
+    }
+
+    /// What `iptables-save -t nat` prints, without its dated comments.
+    fn saved_text(tools: &Tools) -> String {
+        let out = std::process::Command::new(&tools.save)
+            .args(["-t", "nat"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    /// Every rule of the table as the kernel keeps it: chain and raw
+    /// expressions, in order (handles differ between namespaces).
+    fn kernel_rules(v4: bool) -> Vec<(String, Vec<u8>)> {
+        let family = if v4 {
+            libcni::nftables::Family::Ip
+        } else {
+            libcni::nftables::Family::Ip6
+        };
+        let mut socket = libcni::nftables::NfTablesSocket::open().unwrap();
+        let mut rules: Vec<(String, Vec<u8>)> = socket
+            .list_rules(family, "nat", None)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.chain.clone(), r.raw_expressions().to_vec()))
+            .collect();
+        // Chains list in creation order, which may differ; rules within a
+        // chain keep theirs.
+        rules.sort_by(|a, b| a.0.cmp(&b.0));
+        rules
+    }
+
+    /// The netlink writer leaves exactly what iptables-nft's own
+    /// `iptables-restore` leaves: the same expressions byte for byte and
+    /// the same `iptables-save` text, for ADD of two addresses, then DEL
+    /// of one and of the other; and each reads the other's rules.
+    #[test]
+    fn netlink_writer_writes_what_iptables_nft_writes() {
+        assert!(
+            nft::is_iptables_nft("iptables-save"),
+            "this test needs iptables-nft as iptables (Debian's default)"
+        );
+        for v4 in [true, false] {
+            let (tools, ips) = if v4 {
+                (Tools::v4(), [ip("10.9.0.2/24"), ip("10.9.0.3/24")])
+            } else {
+                (Tools::v6(), [ip("fd00:9::2/64"), ip("fd00:9::3/64")])
+            };
+            let programs = tools.clone().with_writer(Writer::Programs);
+            let netlink = tools.clone().with_writer(Writer::Netlink);
+            let ns_programs = conformance::testnet::TestNetns::new("iptprog");
+            let ns_netlink = conformance::testnet::TestNetns::new("iptnl");
+            let in_programs = libcni::netns::NetNs::open(ns_programs.path()).unwrap();
+            let in_netlink = libcni::netns::NetNs::open(ns_netlink.path()).unwrap();
+            let state = |netns: &libcni::netns::NetNs| {
+                netns
+                    .run(|| (saved_text(&programs), kernel_rules(v4)))
+                    .unwrap()
+            };
+            let steps: [&(dyn Fn(&Tools) -> Result<(), IpMasqError> + Sync); 3] = [
+                &|t| setup_family(t, "mynet", "ctr-one", &ips),
+                &|t| teardown_family(t, "mynet", "ctr-one", Scope::Addresses(&ips[..1])),
+                &|t| teardown_family(t, "mynet", "ctr-one", Scope::Addresses(&ips[1..])),
+            ];
+            for (n, step) in steps.iter().enumerate() {
+                in_programs.run(|| step(&programs)).unwrap().unwrap();
+                in_netlink.run(|| step(&netlink)).unwrap().unwrap();
+                let (text_p, rules_p) = state(&in_programs);
+                let (text_n, rules_n) = state(&in_netlink);
+                assert_eq!(text_n, text_p, "v4={v4} step {n}");
+                assert_eq!(rules_n, rules_p, "v4={v4} step {n}");
+                if n == 0 {
+                    assert!(text_n.contains("-j MASQUERADE"), "{text_n}");
+                    // One ACCEPT and one MASQUERADE for the shared subnet,
+                    // one jump per address.
+                    assert_eq!(rules_n.len(), 4, "{text_n}");
+                    // Each reads the other's rules as its own.
+                    let chain = iptables_chain("mynet", "ctr-one");
+                    let read_p = in_programs
+                        .run(|| netlink.read_nat(Some(&chain)))
+                        .unwrap()
+                        .unwrap();
+                    let read_n = in_netlink.run(|| programs.read_nat(None)).unwrap().unwrap();
+                    for table in [&read_p, &read_n] {
+                        let ours = table.rules.iter().filter(|r| !r.spec.other).count();
+                        assert_eq!(ours, 4, "{table:?}");
+                    }
+                }
+            }
+            let (text_n, rules_n) = state(&in_netlink);
+            assert!(rules_n.is_empty(), "{text_n}");
+            assert!(!text_n.contains("CNI-"), "{text_n}");
         }
     }
 
@@ -816,7 +1016,7 @@ COMMIT
             .run(|| setup_family(&tools, "net", "ctr", &ips))
             .unwrap()
             .unwrap();
-        let table = netns.run(|| tools.read_nat()).unwrap().unwrap();
+        let table = netns.run(|| tools.read_nat(None)).unwrap().unwrap();
         assert!(table.chains.contains(&iptables_chain("net", "ctr")));
     }
 

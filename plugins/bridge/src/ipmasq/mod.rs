@@ -60,6 +60,20 @@ pub enum IpMasqError {
 }
 
 impl IpMasqError {
+    /// A failure a fresh read may settle: the table changed between the
+    /// read and the write (a restore refused as a whole, a rule or chain
+    /// gone or still in use).
+    fn is_race(&self) -> bool {
+        match self {
+            IpMasqError::Command { .. } => true,
+            IpMasqError::NfTables(e) => matches!(
+                e.errno(),
+                Some(nix::errno::Errno::ENOENT | nix::errno::Errno::EBUSY)
+            ),
+            _ => false,
+        }
+    }
+
     fn from_list(mut errors: Vec<IpMasqError>) -> Result<(), IpMasqError> {
         match errors.len() {
             0 => Ok(()),
@@ -114,7 +128,7 @@ pub fn validate_backend(conf: Option<&str>) -> Result<(), IpMasqError> {
 }
 
 fn iptables_usable() -> bool {
-    iptables::Tools::v4().read_nat().is_ok()
+    iptables::Tools::v4().usable()
 }
 
 /// Masquerades traffic from each of `ips` (address with prefix, as in a
