@@ -878,6 +878,8 @@ COMMIT
         }
     }
 
+    type Step<'a> = dyn Fn(&Tools) -> Result<(), IpMasqError> + Sync + 'a;
+
     /// What `iptables-save -t nat` prints, without its dated comments.
     fn saved_text(tools: &Tools) -> String {
         let out = std::process::Command::new(&tools.save)
@@ -940,7 +942,7 @@ COMMIT
                     .run(|| (saved_text(&programs), kernel_rules(v4)))
                     .unwrap()
             };
-            let steps: [&(dyn Fn(&Tools) -> Result<(), IpMasqError> + Sync); 3] = [
+            let steps: [&Step<'_>; 3] = [
                 &|t| setup_family(t, "mynet", "ctr-one", &ips),
                 &|t| teardown_family(t, "mynet", "ctr-one", Scope::Addresses(&ips[..1])),
                 &|t| teardown_family(t, "mynet", "ctr-one", Scope::Addresses(&ips[1..])),
