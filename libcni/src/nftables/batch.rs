@@ -156,6 +156,23 @@ impl Batch {
         );
     }
 
+    /// `insert rule`: the rule goes first in the chain.
+    pub fn insert_rule(&mut self, family: Family, table: &str, chain: &str, rule: &Rule) {
+        let mut attributes = rules_of(table, chain);
+        attributes.push(RuleAttribute::Expressions(
+            rule.exprs.iter().map(Expr::encode).collect(),
+        ));
+        if let Some(userdata) = &rule.userdata {
+            attributes.push(RuleAttribute::UserData(userdata.clone()));
+        }
+        self.push(
+            family,
+            NfTablesMessage::NewRule(RuleMessage { attributes }),
+            NLM_F_CREATE,
+            format!("insert rule {} {table} {chain}", family.name()),
+        );
+    }
+
     /// `delete rule … handle <handle>`.
     pub fn delete_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
         let mut attributes = rules_of(table, chain);

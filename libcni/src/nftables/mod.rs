@@ -31,6 +31,7 @@
 
 mod batch;
 pub mod expr;
+pub mod iptables_nft;
 pub mod userdata;
 
 #[cfg(test)]
@@ -74,6 +75,7 @@ const NFT_MSG_NEWRULE: u8 = 6;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_CHAIN_TYPE: u16 = 7;
+const NFTA_CHAIN_USE: u16 = 6;
 /// `NF_ACCEPT`, as a chain policy.
 const NF_ACCEPT: u32 = 1;
 const NFTA_HOOK_HOOKNUM: u16 = 1;
@@ -160,6 +162,10 @@ pub struct ListedChain {
     pub chain_type: Option<String>,
     /// Whether the policy is accept (`NF_ACCEPT`) rather than drop.
     pub policy_accept: Option<bool>,
+    /// The kernel's use count: rules in the chain plus jumps and gotos to
+    /// it. With the rules counted, it tells whether anything jumps here
+    /// without listing the chains that might.
+    pub use_count: u32,
 }
 
 /// A rule as listed from the kernel.
@@ -347,6 +353,9 @@ impl NfTablesSocket {
                 policy_accept: attributes::find(&r.attributes, NFTA_CHAIN_POLICY)
                     .and_then(be_u32)
                     .map(|policy| policy == NF_ACCEPT),
+                use_count: attributes::find(&r.attributes, NFTA_CHAIN_USE)
+                    .and_then(be_u32)
+                    .unwrap_or(0),
             }))
     }
 }

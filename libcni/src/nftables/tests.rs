@@ -180,7 +180,7 @@ fn foreign_rules_list_but_do_not_decode() {
             &["-f", "-"],
             Some(
                 "table inet other {\n\
-                 chain c { counter; ip saddr 10.0.0.1 limit rate 5/second log prefix \"x\" comment \"theirs\"; }\n\
+                 chain c { log prefix \"y\"; ip saddr 10.0.0.1 limit rate 5/second log prefix \"x\" comment \"theirs\"; }\n\
                  }\n",
             ),
         );
@@ -242,6 +242,7 @@ fn chains_report_their_hooks() {
                 }),
                 chain_type: Some("filter".to_string()),
                 policy_accept: Some(true),
+                use_count: 0,
             }
         );
         let regular = socket
@@ -254,8 +255,28 @@ fn chains_report_their_hooks() {
                 hook: None,
                 chain_type: None,
                 policy_accept: None,
+                use_count: 0,
             }
         );
+        // The use count is rules plus jumps: one rule in PREROUTING that
+        // jumps to `regular`.
+        let mut batch = Batch::new();
+        batch.add_rule(
+            Family::Bridge,
+            "nat",
+            "PREROUTING",
+            &Rule::new(vec![Expr::Verdict(Verdict::Jump("regular".into()))]),
+        );
+        socket.commit(batch).unwrap();
+        let count = |socket: &mut NfTablesSocket, chain: &str| {
+            socket
+                .get_chain(Family::Bridge, "nat", chain)
+                .unwrap()
+                .unwrap()
+                .use_count
+        };
+        assert_eq!(count(&mut socket, "PREROUTING"), 1);
+        assert_eq!(count(&mut socket, "regular"), 1);
         let wanted = BaseChain {
             chain_type: "filter",
             hook: prerouting.hook.unwrap(),

@@ -28,58 +28,21 @@
 //! whole operation to the programs, which fail it as the reference does.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-use ipnetwork::IpNetwork;
+use libcni::nftables::iptables_nft::{self, AddressField, NAT_TABLE as TABLE};
 use libcni::nftables::{
-    BaseChain, Batch, CmpOp, Expr, Family, Hook, ListedRule, NfTablesSocket, PayloadBase, Rule,
-    Verdict, HOOK_POSTROUTING,
+    Batch, CmpOp, Expr, Family, ListedRule, NfTablesSocket, PayloadBase, Rule, Verdict,
 };
 
 use super::{Change, NatTable, RuleSpec, SavedRule};
 use crate::ipmasq::IpMasqError;
 
-const TABLE: &str = "nat";
 const POSTROUTING: &str = "POSTROUTING";
-/// iptables-nft's POSTROUTING of `nat`: `NF_IP_PRI_NAT_SRC`, policy accept.
-const POSTROUTING_CHAIN: BaseChain = BaseChain {
-    chain_type: "nat",
-    hook: Hook {
-        number: HOOK_POSTROUTING,
-        priority: 100,
-    },
-    policy_accept: true,
-};
-/// `XT_MAX_COMMENT_LEN`: the comment match's info is this many bytes, the
-/// text NUL-terminated inside it.
-const COMMENT_INFO_LEN: usize = 256;
 
-/// Whether `program` (an `iptables-save` name looked up on PATH, as the
-/// process backend would run it) is iptables-nft. Anything else (legacy,
-/// a wrapper script, not installed) keeps the programs.
+/// Whether `program` is iptables-nft (see
+/// [`iptables_nft::is_iptables_nft`]).
 pub(crate) fn is_iptables_nft(program: &str) -> bool {
-    let Some(path) = find_on_path(program) else {
-        return false;
-    };
-    std::fs::canonicalize(&path)
-        .ok()
-        .and_then(|real| real.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .is_some_and(|name| name == "xtables-nft-multi")
-}
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        return Some(PathBuf::from(program));
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    iptables_nft::is_iptables_nft(program)
 }
 
 fn family(v4: bool) -> Family {
@@ -90,91 +53,33 @@ fn family(v4: bool) -> Family {
     }
 }
 
-/// Offsets of the source and destination address in the IP header.
-fn address_offsets(v4: bool) -> (u32, u32) {
-    if v4 {
-        (12, 16)
-    } else {
-        (8, 24)
-    }
-}
-
-/// MASQUERADE's info: IPv4 takes `nf_nat_ipv4_multi_range_compat` with one
-/// empty range (24 bytes with alignment), IPv6 an empty `nf_nat_range`.
-fn masquerade_info(v4: bool) -> Vec<u8> {
-    if v4 {
-        let mut info = vec![0u8; 24];
-        // `rangesize`, in the host's byte order like the rest of the struct.
-        info[..4].copy_from_slice(&1u32.to_ne_bytes());
-        info
-    } else {
-        vec![0u8; 40]
-    }
-}
-
-fn address_bytes(net: &IpNetwork) -> Vec<u8> {
-    match net.network() {
-        std::net::IpAddr::V4(a) => a.octets().to_vec(),
-        std::net::IpAddr::V6(a) => a.octets().to_vec(),
-    }
-}
-
-fn address_match(offset: u32, negated: bool, net: &IpNetwork) -> Vec<Expr> {
-    if net.prefix() == 0 {
-        return Vec::new();
-    }
-    let op = if negated { CmpOp::Neq } else { CmpOp::Eq };
-    Expr::prefix_match(
-        PayloadBase::Network,
-        offset,
-        &address_bytes(net),
-        net.prefix(),
-        op,
-    )
-}
-
 /// The expressions iptables-nft writes for `spec`; `None` when it is not
 /// one this module can write.
 pub(crate) fn encode(spec: &RuleSpec, v4: bool) -> Option<Vec<Expr>> {
     if spec.other {
         return None;
     }
-    let (source_offset, destination_offset) = address_offsets(v4);
     let mut exprs = Vec::new();
-    for (field, offset) in [
-        (&spec.source, source_offset),
-        (&spec.destination, destination_offset),
+    for (field, which) in [
+        (&spec.source, AddressField::Source),
+        (&spec.destination, AddressField::Destination),
     ] {
         if let Some((negated, net)) = field {
             if net.is_ipv4() != v4 {
                 return None;
             }
-            exprs.extend(address_match(offset, *negated, net));
+            exprs.extend(iptables_nft::address(which, *negated, net));
         }
     }
     if let Some(comment) = &spec.comment {
-        let text = comment.as_bytes();
-        if text.len() >= COMMENT_INFO_LEN || text.contains(&0) {
-            return None;
-        }
-        let mut info = text.to_vec();
-        info.resize(COMMENT_INFO_LEN, 0);
-        exprs.push(Expr::XtMatch {
-            name: "comment".into(),
-            revision: 0,
-            info,
-        });
+        exprs.push(iptables_nft::comment(comment)?);
     }
     exprs.push(Expr::Counter);
     match spec.target.as_deref()? {
         "ACCEPT" => exprs.push(Expr::Verdict(Verdict::Accept)),
         "RETURN" => exprs.push(Expr::Verdict(Verdict::Return)),
         "DROP" => exprs.push(Expr::Verdict(Verdict::Drop)),
-        "MASQUERADE" => exprs.push(Expr::XtTarget {
-            name: "MASQUERADE".into(),
-            revision: 0,
-            info: masquerade_info(v4),
-        }),
+        "MASQUERADE" => exprs.push(iptables_nft::masquerade(v4)),
         // Any other upper-case name is an extension target we do not
         // write; a chain of ours is never all upper case.
         chain if chain.bytes().all(|b| b.is_ascii_uppercase()) => return None,
@@ -191,7 +96,8 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
         spec.other = true;
         return spec;
     };
-    let (source_offset, destination_offset) = address_offsets(v4);
+    let source_offset = iptables_nft::address_offset(AddressField::Source, v4);
+    let destination_offset = iptables_nft::address_offset(AddressField::Destination, v4);
     let address_len = if v4 { 4 } else { 16 };
     let mut it = exprs.into_iter().peekable();
     while let Some(expr) = it.next() {
@@ -213,7 +119,8 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
                     spec.other = true;
                     break;
                 };
-                let Some(net) = network_of(&data, mask.as_deref(), len, address_len) else {
+                let Some(net) = iptables_nft::network_of(&data, mask.as_deref(), len, address_len)
+                else {
                     spec.other = true;
                     break;
                 };
@@ -228,13 +135,10 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
                 name,
                 revision: 0,
                 info,
-            } if name == "comment" && info.len() == COMMENT_INFO_LEN => {
-                let text = info.split(|b| *b == 0).next().unwrap_or_default();
-                match String::from_utf8(text.to_vec()) {
-                    Ok(text) => spec.comment = Some(text),
-                    Err(_) => spec.other = true,
-                }
-            }
+            } if name == "comment" => match iptables_nft::comment_text(&info) {
+                Some(text) => spec.comment = Some(text),
+                None => spec.other = true,
+            },
             Expr::Counter => {}
             Expr::Verdict(verdict) if it.peek().is_none() => {
                 spec.target = Some(match verdict {
@@ -248,12 +152,10 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
                     }
                 });
             }
-            Expr::XtTarget {
-                name,
-                revision: 0,
-                info,
-            } if name == "MASQUERADE" && info == masquerade_info(v4) && it.peek().is_none() => {
-                spec.target = Some(name);
+            target @ Expr::XtTarget { .. }
+                if target == iptables_nft::masquerade(v4) && it.peek().is_none() =>
+            {
+                spec.target = Some("MASQUERADE".into());
             }
             _ => {
                 spec.other = true;
@@ -262,39 +164,6 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
         }
     }
     spec
-}
-
-/// The network a payload load (and mask) and comparison match.
-fn network_of(data: &[u8], mask: Option<&[u8]>, len: u32, address_len: usize) -> Option<IpNetwork> {
-    let len = usize::try_from(len).ok()?;
-    if data.len() != len || len > address_len {
-        return None;
-    }
-    let prefix = match mask {
-        None => len * 8,
-        Some(mask) => {
-            if mask.len() != address_len || len != address_len {
-                return None;
-            }
-            let ones: usize = mask.iter().map(|b| b.count_ones() as usize).sum();
-            // Only contiguous prefixes are networks.
-            let expected: Vec<u8> = (0..address_len)
-                .map(|i| (0xff00u16 >> ones.saturating_sub(i * 8).min(8)) as u8)
-                .collect();
-            if expected != mask {
-                return None;
-            }
-            ones
-        }
-    };
-    let mut bytes = data.to_vec();
-    bytes.resize(address_len, 0);
-    let addr: std::net::IpAddr = if address_len == 4 {
-        <[u8; 4]>::try_from(bytes.as_slice()).ok()?.into()
-    } else {
-        <[u8; 16]>::try_from(bytes.as_slice()).ok()?.into()
-    };
-    IpNetwork::new(addr, u8::try_from(prefix).ok()?).ok()
 }
 
 fn saved(rule: ListedRule, v4: bool) -> SavedRule {
@@ -355,7 +224,13 @@ pub(crate) fn batch(changes: &[Change], table: &NatTable, v4: bool) -> Option<Ba
         .iter()
         .any(|c| matches!(c, Change::Append { chain, .. } if chain == POSTROUTING));
     if appends_to_postrouting && !table.chains.contains(POSTROUTING) {
-        batch.add_chain(family, TABLE, POSTROUTING, Some(POSTROUTING_CHAIN), None);
+        batch.add_chain(
+            family,
+            TABLE,
+            POSTROUTING,
+            iptables_nft::nat_base_chain(POSTROUTING),
+            None,
+        );
     }
     for change in changes {
         match change {
@@ -381,6 +256,7 @@ pub(crate) fn commit(batch: Batch) -> Result<(), IpMasqError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipnetwork::IpNetwork;
 
     fn net(s: &str) -> IpNetwork {
         s.parse().unwrap()
@@ -457,7 +333,7 @@ mod tests {
     #[test]
     fn unwritable_specs_go_to_the_programs() {
         let mut long = spec(None, None, "ACCEPT");
-        long.comment = Some("x".repeat(COMMENT_INFO_LEN));
+        long.comment = Some("x".repeat(iptables_nft::COMMENT_INFO_LEN));
         assert!(encode(&long, true).is_none());
         assert!(encode(&spec(None, None, "SNAT"), true).is_none());
         let mut other = spec(None, None, "ACCEPT");
@@ -497,11 +373,5 @@ mod tests {
             Expr::Verdict(Verdict::Accept),
         ];
         assert!(decode(Some(odd), true).other);
-    }
-
-    #[test]
-    fn masquerade_info_sizes() {
-        assert_eq!(masquerade_info(true).len(), 24);
-        assert_eq!(masquerade_info(false), vec![0; 40]);
     }
 }
