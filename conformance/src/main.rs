@@ -85,11 +85,12 @@ struct BenchArgs {
     /// Directory holding the reference plugin binaries.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference: PathBuf,
-    /// Which benchmarks: version, host-local, chain, chain-portmap, workers.
+    /// Which benchmarks: version, host-local, chain, chain-portmap, workers,
+    /// portmap-scale.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "version,host-local,chain,chain-portmap,workers"
+        default_value = "version,host-local,chain,chain-portmap,workers,portmap-scale"
     )]
     only: Vec<String>,
     /// Rounds of the VERSION measurement.
@@ -120,6 +121,13 @@ struct BenchArgs {
     /// Pods added by the workers, per side.
     #[arg(long, default_value_t = 200)]
     worker_pods: usize,
+    /// Pods whose port mappings are present for the portmap-scale figures.
+    #[arg(long, default_value_t = 500)]
+    portmap_pods: usize,
+    /// portmap ADD+DEL rounds per side, with no pods' rules and with
+    /// `--portmap-pods` pods' rules.
+    #[arg(long, default_value_t = 20)]
+    portmap_rounds: usize,
     /// Where the raw figures are written as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -235,6 +243,16 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         raw.insert(
             "workers".into(),
+            serde_json::to_value(f).unwrap_or_default(),
+        );
+        rows.extend(r);
+    }
+    if wants("portmap-scale") {
+        let (f, r) =
+            bench::portmap_scale::measure(&a.ours, &a.reference, a.portmap_pods, a.portmap_rounds)
+                .map_err(|e| e.to_string())?;
+        raw.insert(
+            "portmap_scale".into(),
             serde_json::to_value(f).unwrap_or_default(),
         );
         rows.extend(r);

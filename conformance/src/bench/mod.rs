@@ -5,6 +5,7 @@
 pub mod chain;
 pub mod chart;
 pub mod host_local;
+pub mod portmap_scale;
 pub mod version;
 pub mod workers;
 
