@@ -20,6 +20,10 @@ pub struct Rule {
     pub exprs: Vec<Expr>,
     /// Userdata records (see [`userdata`]); `None` sends none.
     pub userdata: Option<Vec<u8>>,
+    /// The layer-4 protocol the rule matches, for x_tables extensions that
+    /// check it (`NFTA_RULE_COMPAT`; multiport refuses a rule without
+    /// tcp, udp, sctp or dccp). The kernel does not list it back.
+    pub compat_protocol: Option<u8>,
 }
 
 impl Rule {
@@ -27,6 +31,16 @@ impl Rule {
         Rule {
             exprs,
             userdata: None,
+            compat_protocol: None,
+        }
+    }
+
+    /// With the protocol x_tables extensions see (what iptables-nft sends
+    /// for `-p`).
+    pub fn with_compat_protocol(self, protocol: u8) -> Rule {
+        Rule {
+            compat_protocol: Some(protocol),
+            ..self
         }
     }
 
@@ -139,6 +153,7 @@ impl Batch {
         attributes.push(RuleAttribute::Expressions(
             rule.exprs.iter().map(Expr::encode).collect(),
         ));
+        attributes.extend(compat_of(rule));
         let comment = rule
             .userdata
             .as_deref()
@@ -162,6 +177,7 @@ impl Batch {
         attributes.push(RuleAttribute::Expressions(
             rule.exprs.iter().map(Expr::encode).collect(),
         ));
+        attributes.extend(compat_of(rule));
         if let Some(userdata) = &rule.userdata {
             attributes.push(RuleAttribute::UserData(userdata.clone()));
         }
@@ -194,6 +210,21 @@ impl Batch {
             description,
         });
     }
+}
+
+/// `NFTA_RULE_COMPAT`: `NFTA_RULE_COMPAT_PROTO` and `_FLAGS` (no
+/// inversion), when the rule names a protocol.
+fn compat_of(rule: &Rule) -> Option<RuleAttribute> {
+    const NFTA_RULE_COMPAT_PROTO: u16 = 1;
+    const NFTA_RULE_COMPAT_FLAGS: u16 = 2;
+    let protocol = u32::from(rule.compat_protocol?);
+    Some(RuleAttribute::Compat(vec![
+        netlink_packet_core::DefaultNla::new(
+            NFTA_RULE_COMPAT_PROTO,
+            protocol.to_be_bytes().to_vec(),
+        ),
+        netlink_packet_core::DefaultNla::new(NFTA_RULE_COMPAT_FLAGS, 0u32.to_be_bytes().to_vec()),
+    ]))
 }
 
 /// The attributes naming a chain.

@@ -354,6 +354,12 @@ pub(crate) fn decode_list(bytes: &[u8]) -> Option<Vec<Expr>> {
         .collect()
 }
 
+/// The last expression of a rule, if it is one of [`Expr`].
+pub(crate) fn decode_last(bytes: &[u8]) -> Option<Expr> {
+    let nla = NlasIterator::new(bytes).last()?.ok()?;
+    decode(ListAttribute::<ExpressionAttribute>::parse(&nla).ok()?)
+}
+
 fn decode(element: ListAttribute<ExpressionAttribute>) -> Option<Expr> {
     let ListAttribute::Element(attributes) = element else {
         return None;

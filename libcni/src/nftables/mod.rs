@@ -193,6 +193,15 @@ impl ListedRule {
         expr::decode_list(&self.expressions)
     }
 
+    /// The chain the rule jumps or goes to, read from its last expression
+    /// alone, so it is found whatever else the rule holds.
+    pub fn verdict_chain(&self) -> Option<String> {
+        match expr::decode_last(&self.expressions)? {
+            Expr::Verdict(Verdict::Jump(chain) | Verdict::Goto(chain)) => Some(chain),
+            _ => None,
+        }
+    }
+
     /// The raw `NFTA_RULE_EXPRESSIONS`, to compare a rule with one another
     /// program wrote.
     pub fn raw_expressions(&self) -> &[u8] {

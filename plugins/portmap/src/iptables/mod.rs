@@ -1,12 +1,16 @@
-//! The iptables backend: one `iptables-save -t nat` to learn the state and
-//! one `iptables-restore --noflush` to apply a whole change, per family,
-//! under the host-wide portmap lock.
+//! The iptables backend, under the host-wide portmap lock. Where
+//! `iptables` is iptables-nft, ADD and DEL write the rules in-process over
+//! netlink ([`nft`]), reading only small chains. Elsewhere, and for CHECK,
+//! GC and rules [`nft`] does not write: one `iptables-save -t nat` to
+//! learn the state and one `iptables-restore --noflush` to apply a whole
+//! change, per family.
 //!
 //! The reference runs a process per check and per rule (about 24 for a
-//! DEL); here an ADD or DEL costs at most two processes per family, and a
-//! DEL that finds nothing to remove costs one.
+//! DEL); here an ADD or DEL costs no process with iptables-nft, and at
+//! most two per family otherwise.
 
 pub mod exec;
+mod nft;
 pub mod rules;
 pub mod save;
 
@@ -43,6 +47,8 @@ pub enum IptablesError {
     Check(String),
     #[error("invalid {key}: {reason}")]
     InvalidCondition { key: &'static str, reason: String },
+    #[error(transparent)]
+    NfTables(#[from] libcni::nftables::NfTablesError),
 }
 
 impl IptablesError {
@@ -68,6 +74,19 @@ pub struct IptablesMapper {
     /// The IPv4 table read by [`IptablesMapper::probe`], still current
     /// because the lock is held and nothing was written since.
     probed_v4: Option<NatTable>,
+    /// Whether each family's iptables is iptables-nft ([`nft`] writes).
+    netlink: [bool; 2],
+}
+
+fn index(family: Family) -> usize {
+    match family {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }
+}
+
+fn uses_netlink(family: Family) -> bool {
+    libcni::nftables::iptables_nft::is_iptables_nft(Tools::of(family).save)
 }
 
 impl IptablesMapper {
@@ -76,12 +95,23 @@ impl IptablesMapper {
         Ok(IptablesMapper {
             _lock: HostLock::acquire_default()?,
             probed_v4: None,
+            netlink: [uses_netlink(Family::V4), uses_netlink(Family::V6)],
         })
+    }
+
+    /// The same mapper always running the programs (tests compare both).
+    #[cfg(test)]
+    pub(crate) fn with_programs_only(mut self) -> IptablesMapper {
+        self.netlink = [false, false];
+        self
     }
 
     /// Whether iptables works here: reads the IPv4 `nat` table (kept for
     /// the next operation, so auto-detection costs no extra process).
     pub fn probe(&mut self) -> Result<(), IptablesError> {
+        if self.netlink[index(Family::V4)] {
+            return nft::usable();
+        }
         let table = read_table(Family::V4)?;
         self.probed_v4 = Some(table);
         Ok(())
@@ -105,6 +135,9 @@ impl IptablesMapper {
     ) -> Result<(), IptablesError> {
         for (family, ip) in ips.iter() {
             validate_conditions(conf, family)?;
+            if self.netlink[index(family)] && nft::forward(conf, container_id, ip)? {
+                continue;
+            }
             let table = self.table(family)?;
             let input = add_input(conf, container_id, ip, &table);
             log::debug!("{family} iptables-restore input:\n{input}");
@@ -173,6 +206,19 @@ impl IptablesMapper {
     fn remove_chains_everywhere(&mut self, chains: &[&str]) -> Result<(), IptablesError> {
         let mut failures = Vec::new();
         for family in Family::ALL {
+            if self.netlink[index(family)] {
+                match nft::remove_chains(chains, family) {
+                    Ok(true) => continue,
+                    Ok(false) => {
+                        log::debug!("{family}: jumps outside the layout, using the programs")
+                    }
+                    Err(e) => {
+                        log::debug!("{family} nf_tables not usable: {e}");
+                        failures.push(e);
+                        continue;
+                    }
+                }
+            }
             let table = match self.table(family) {
                 Ok(table) => table,
                 Err(e) => {
@@ -210,6 +256,9 @@ fn neither_usable(mut failures: Vec<IptablesError>) -> Result<(), IptablesError>
 /// Whether iptables works on this host (reads the IPv4 `nat` table;
 /// takes no lock, as it changes nothing).
 pub fn probe_host() -> Result<(), IptablesError> {
+    if uses_netlink(Family::V4) {
+        return nft::usable();
+    }
     read_table(Family::V4).map(|_| ())
 }
 

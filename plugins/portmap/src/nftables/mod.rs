@@ -413,6 +413,7 @@ fn add_rule(batch: &mut Batch, rule: &RuleSpec, userdata: Option<Vec<u8>>) {
         &Rule {
             exprs: rule.expressions(),
             userdata,
+            compat_protocol: None,
         },
     );
 }
