@@ -128,6 +128,7 @@ impl Network {
     }
 
     pub(crate) fn add(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
+        super::settle();
         let t = Instant::now();
         self.cni
             .add_network_list(&self.list, rt)
@@ -136,6 +137,7 @@ impl Network {
     }
 
     pub(crate) fn del(&self, rt: &RuntimeConf) -> Result<Duration, ChainError> {
+        super::settle();
         let t = Instant::now();
         self.cni
             .del_network_list(&self.list, rt)

@@ -10,6 +10,28 @@ pub mod version;
 pub mod workers;
 
 use std::fmt::Write as _;
+use std::time::Duration;
+
+/// How long [`settle`] leaves the kernel to finish deferred work.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// Lets the kernel finish what the previous plugin call left for later,
+/// before the next call is timed, so that neither side's figures include
+/// the other side's after-effects. nf_tables frees a transaction's deleted
+/// rules and chains after an RCU grace period, and the next nfnetlink
+/// socket to close, any program's in any namespace, waits for that work
+/// (measured: our portmap ADD took 2.5 ms or 7-9 ms depending on whether
+/// the reference's DEL had just run). Closing a socket here does that wait
+/// outside the timing; the pause lets RCU callbacks queued by link
+/// deletions drain, which the next link deletion would otherwise wait for.
+pub fn settle() {
+    if let Ok(mut socket) = libcni::nftables::NfTablesSocket::open() {
+        // A socket that has sent something is bound, and only a bound
+        // socket's close flushes the deferred work.
+        let _ = socket.probe();
+    }
+    std::thread::sleep(SETTLE);
+}
 
 /// One printed row: a metric, our figure, the reference's, and the ratio.
 #[derive(Debug, Clone, serde::Serialize)]

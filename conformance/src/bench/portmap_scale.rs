@@ -177,6 +177,7 @@ impl SideHost {
         env.insert("CNI_PATH", self.plugin_dir.clone());
         let stdin = self.config(att);
         let plugin = &self.plugin;
+        super::settle();
         // The plugin is a child of a thread inside the host namespace, so
         // it starts there, as a runtime on that host would start it.
         let (took, out) = self
