@@ -125,6 +125,15 @@ fn failures_without_an_error_object() {
         "{err}"
     );
 
+    // Pipes closed well before the exit (as a plugin whose last act is
+    // closing a netlink socket): its exit status still decides.
+    let late = p.script("late-exit", "exec >&- 2>&- <&-\nsleep 0.3\nexit 4");
+    let err = quiet().exec_plugin(&late, b"{}", &p.env()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "netplugin failed with no error message: exit status 4"
+    );
+
     let killed = p.script("killed", "kill -9 $$");
     let err = quiet().exec_plugin(&killed, b"{}", &p.env()).unwrap_err();
     assert_eq!(
