@@ -152,6 +152,12 @@ pub struct NetlinkSocket<P: NetlinkFamily> {
     family: PhantomData<fn() -> P>,
 }
 
+impl<P: NetlinkFamily> std::os::fd::AsRawFd for NetlinkSocket<P> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
 impl<P: NetlinkFamily> NetlinkSocket<P> {
     /// A socket in the calling thread's namespace.
     pub fn open_current() -> Result<NetlinkSocket<P>, NetlinkError> {

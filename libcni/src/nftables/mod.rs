@@ -292,6 +292,68 @@ impl NfTablesSocket {
         Ok(self.socket.transaction(messages)?)
     }
 
+    /// Closes the socket without making the caller wait for the kernel to
+    /// free what its transactions deleted.
+    ///
+    /// Deleted rules and chains are freed after an RCU grace period, and
+    /// the close of the socket that deleted them waits for that (10-16 ms
+    /// here; see the module docs): all of a DEL's remaining time once its
+    /// commit is done. The rules are gone from the ruleset at commit; only
+    /// the freeing is left. So a forked child takes the last reference to
+    /// the socket, closes every other descriptor at once (the runtime's
+    /// pipes, the plugin's lock), then closes the socket and exits; the
+    /// caller returns at once. Where fork fails, this is a plain close.
+    pub fn close_detached(self) {
+        use std::os::fd::AsRawFd;
+        let socket_fd = self.socket.as_raw_fd();
+        // The child must hold the last reference: it waits on this pipe
+        // until the parent has closed its copy of the socket.
+        let mut pipe_fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors into the array on success.
+        if unsafe { libc::pipe2(pipe_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return;
+        }
+        let [read_end, write_end] = pipe_fds;
+        // SAFETY: between fork and _exit the child calls only close_range,
+        // read, close and _exit, which are async-signal-safe, so forking a
+        // process that may have other threads is sound. The parent goes on
+        // as if fork were a no-op.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the child: plain syscalls on descriptor numbers,
+            // then an exit that runs no Rust code (no destructors, no
+            // atexit handlers of the parent's).
+            unsafe {
+                let mut keep =
+                    [socket_fd, read_end].map(|fd| libc::c_uint::try_from(fd).unwrap_or(0));
+                keep.sort_unstable();
+                let mut from = 0u32;
+                for fd in keep {
+                    if fd > from {
+                        libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32);
+                    }
+                    from = fd + 1;
+                }
+                libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0u32);
+                let mut byte = 0u8;
+                // Returns at EOF: the parent has closed its socket copy.
+                while libc::read(read_end, (&mut byte as *mut u8).cast(), 1) < 0 {}
+                libc::close(socket_fd);
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            log::debug!("nftables: fork failed; closing in the foreground");
+        }
+        // With the child holding the socket, this close releases nothing.
+        drop(self);
+        // SAFETY: both are descriptors this function opened and owns.
+        unsafe {
+            libc::close(read_end);
+            libc::close(write_end);
+        }
+    }
+
     /// The rules of `table` in `family`, of one chain or of all, in order.
     /// A missing table or chain lists as no rules.
     pub fn list_rules(

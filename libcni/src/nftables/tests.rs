@@ -487,3 +487,27 @@ fn chain_hooks_are_read_from_listings() {
     assert_eq!(chain_hook(&nla(4, &nla(1, &3u32.to_be_bytes()))), None);
     assert_eq!(chain_hook(&[0xff]), None);
 }
+
+/// A detached close leaves the ruleset as committed, and the socket's
+/// namespace keeps working for the next caller.
+#[test]
+fn detached_close_keeps_what_was_committed() {
+    in_private_netns(|| {
+        let mut socket = NfTablesSocket::open().unwrap();
+        let mut batch = Batch::new();
+        batch.add_table(Family::Ip, "t", None);
+        batch.add_chain(Family::Ip, "t", "c", None, None);
+        batch.add_rule(Family::Ip, "t", "c", &Rule::new(vec![Expr::Counter]));
+        socket.commit(batch).unwrap();
+        let mut batch = Batch::new();
+        batch.flush_chain(Family::Ip, "t", "c");
+        batch.delete_chain(Family::Ip, "t", "c");
+        socket.commit(batch).unwrap();
+        socket.close_detached();
+        let mut socket = NfTablesSocket::open().unwrap();
+        assert!(socket.get_chain(Family::Ip, "t", "c").unwrap().is_none());
+        assert!(socket.list_rules(Family::Ip, "t", None).unwrap().is_empty());
+        let text = nft(&["list", "table", "ip", "t"], None);
+        assert!(!text.contains("chain c"), "{text}");
+    });
+}

@@ -205,11 +205,26 @@ impl IptablesMapper {
 
     fn remove_chains_everywhere(&mut self, chains: &[&str]) -> Result<(), IptablesError> {
         let mut failures = Vec::new();
+        let mut socket = None;
+        let mut deleted = false;
         for family in Family::ALL {
             if self.netlink[index(family)] {
-                match nft::remove_chains(chains, family) {
-                    Ok(true) => continue,
-                    Ok(false) => {
+                let removal = match socket.take() {
+                    Some(s) => Ok(s),
+                    None => libcni::nftables::NfTablesSocket::open().map_err(IptablesError::from),
+                }
+                .and_then(|mut s| {
+                    let removal = nft::remove_chains(&mut s, chains, family);
+                    socket = Some(s);
+                    removal
+                });
+                match removal {
+                    Ok(removal) if removal.handled => {
+                        deleted |= removal.deleted;
+                        continue;
+                    }
+                    Ok(removal) => {
+                        deleted |= removal.deleted;
                         log::debug!("{family}: jumps outside the layout, using the programs")
                     }
                     Err(e) => {
@@ -231,6 +246,9 @@ impl IptablesMapper {
                 log::debug!("{family} iptables-restore input:\n{input}");
                 Tools::of(family).restore(&input)?;
             }
+        }
+        if let Some(socket) = socket {
+            nft::finish(socket, deleted);
         }
         neither_usable(failures)
     }

@@ -285,13 +285,26 @@ pub(crate) fn forward(
     Ok(true)
 }
 
-/// DEL of `chains` (and every jump to them) in one family in-process;
-/// `Ok(false)` when something jumps to them from elsewhere than
-/// CNI-HOSTPORT-DNAT (the caller runs the programs, which find it).
-pub(crate) fn remove_chains(chains: &[&str], family: Family) -> Result<bool, IptablesError> {
+/// What a DEL did in one family.
+pub(crate) struct Removal {
+    /// `false` when something jumps to the chains from elsewhere than
+    /// CNI-HOSTPORT-DNAT: the caller runs the programs, which find it.
+    pub(crate) handled: bool,
+    /// Whether rules or chains were deleted (see [`finish`]).
+    pub(crate) deleted: bool,
+}
+
+/// DEL of `chains` (and every jump to them) in one family in-process, on
+/// `socket`, which the caller shares between the families and hands to
+/// [`finish`] at the end.
+pub(crate) fn remove_chains(
+    socket: &mut NfTablesSocket,
+    chains: &[&str],
+    family: Family,
+) -> Result<Removal, IptablesError> {
     let nft = nft_family(family);
-    let mut socket = NfTablesSocket::open()?;
     let mut handled = true;
+    let mut deleted = false;
     retry_if_vanished(
         |e: &IptablesError| match e {
             IptablesError::NfTables(e) => e.errno(),
@@ -327,11 +340,23 @@ pub(crate) fn remove_chains(chains: &[&str], family: Family) -> Result<bool, Ipt
                 batch.flush_chain(nft, NAT_TABLE, chain);
                 batch.delete_chain(nft, NAT_TABLE, chain);
             }
+            deleted = !batch.is_empty();
             socket.commit(batch)?;
             Ok(())
         },
     )?;
-    Ok(handled)
+    Ok(Removal { handled, deleted })
+}
+
+/// Closes the socket of a DEL. After deletions it is closed detached: the
+/// rules are gone, and freeing them is left to the kernel without holding
+/// up the DEL (most of its time otherwise). Every nfnetlink socket's close
+/// waits for that freeing, whoever deleted, which is why a DEL uses one
+/// socket for both families and closes it last.
+pub(crate) fn finish(socket: NfTablesSocket, deleted: bool) {
+    if deleted {
+        socket.close_detached();
+    }
 }
 
 /// Whether nf_tables answers here.
