@@ -413,18 +413,39 @@ impl NetlinkSocket<Rtnetlink> {
     }
 
     /// Addresses of one link, or of all links with `None`.
+    ///
+    /// One dump per family, IPv4 then IPv6: the kernel serves those without
+    /// the RTNL mutex, while an `AF_UNSPEC` dump takes it and waits for
+    /// whoever holds it (perf, bridge ADD with 200 ports on the bridge: ~10%
+    /// of samples spinning on RTNL under `rtnl_dumpit`, gone with this).
+    /// With strict checking the kernel dumps only the link asked for.
     pub fn list_addresses(&mut self, index: Option<u32>) -> Result<Vec<Address>, NetlinkError> {
-        let mut msg = AddressMessage::default();
-        msg.header.index = index.unwrap_or(0);
-        let replies = self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)?;
-        Ok(replies
-            .into_iter()
-            .filter_map(|reply| match reply {
-                RouteNetlinkMessage::NewAddress(msg) => parse_address(msg),
-                _ => None,
-            })
-            .filter(|a| index.is_none_or(|i| a.index == i))
-            .collect())
+        let mut addresses = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut msg = AddressMessage::default();
+            msg.header.family = family;
+            msg.header.index = index.unwrap_or(0);
+            let replies = match self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP) {
+                Ok(replies) => replies,
+                // A kernel without IPv6 has no IPv6 addresses to list.
+                Err(e)
+                    if family == AddressFamily::Inet6 && e.errno() == Some(Errno::EAFNOSUPPORT) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            addresses.extend(
+                replies
+                    .into_iter()
+                    .filter_map(|reply| match reply {
+                        RouteNetlinkMessage::NewAddress(msg) => parse_address(msg),
+                        _ => None,
+                    })
+                    .filter(|a| index.is_none_or(|i| a.index == i)),
+            );
+        }
+        Ok(addresses)
     }
 
     // ---- routes ----
