@@ -1,8 +1,8 @@
 //! Timing and peak memory of one process run, and the statistics over many.
 
 use std::io::Write;
-use std::path::Path;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
