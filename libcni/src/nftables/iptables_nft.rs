@@ -48,9 +48,9 @@ pub const COMMENT_INFO_LEN: usize = 256;
 /// How many ports one multiport match holds (`XT_MULTI_PORTS`).
 pub const MULTIPORT_MAX: usize = 15;
 const HOOK_INPUT: u32 = 1;
-/// Where `iptables` lives when PATH does not say (runtimes may run
-/// plugins with an empty or short PATH).
-const FALLBACK_DIRS: [&str; 6] = [
+/// Where the iptables programs live when PATH does not say (runtimes may
+/// run plugins with an empty or short PATH).
+pub const FALLBACK_DIRS: [&str; 6] = [
     "/usr/local/sbin",
     "/usr/local/bin",
     "/usr/sbin",
@@ -72,7 +72,9 @@ pub fn is_iptables_nft(program: &str) -> bool {
         .is_some_and(|name| name == "xtables-nft-multi")
 }
 
-fn find_program(program: &str) -> Option<PathBuf> {
+/// `program` found on PATH, then in [`FALLBACK_DIRS`]; a path with a `/`
+/// is taken as it is.
+pub fn find_program(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return Some(PathBuf::from(program));
     }

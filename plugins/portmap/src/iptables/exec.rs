@@ -6,7 +6,6 @@
 //! it is killed, so a wedged iptables can never hang a runtime's call.
 
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
@@ -26,7 +25,7 @@ const PROCESS_DEADLINE: Duration = Duration::from_secs(XTABLES_WAIT_SECONDS as u
 
 /// Where to look when `PATH` lacks the tools: runtimes do not always pass
 /// a `PATH` with the sbin directories to plugins.
-const FALLBACK_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
+use libcni::nftables::iptables_nft::{find_program, FALLBACK_DIRS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -99,25 +98,6 @@ impl Tools {
         let wait = format!("--wait={XTABLES_WAIT_SECONDS}");
         run(self.restore, &["--noflush", &wait], Some(input)).map(|_| ())
     }
-}
-
-/// Finds `program` in `PATH`, then in the usual system directories.
-pub fn find_program(program: &str) -> Option<PathBuf> {
-    let from_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    from_path
-        .into_iter()
-        .chain(FALLBACK_DIRS.iter().map(PathBuf::from))
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 /// Runs `program` with `args`, feeding `stdin`, and returns its stdout.
