@@ -222,7 +222,7 @@ impl Tools {
 impl Writer {
     /// Netlink where `program` is iptables-nft, else the programs.
     fn detect(program: &str) -> Writer {
-        if nft::is_iptables_nft(program) {
+        if libcni::nftables::iptables_nft::is_iptables_nft(program) {
             Writer::Netlink
         } else {
             Writer::Programs
@@ -922,7 +922,7 @@ COMMIT
     #[test]
     fn netlink_writer_writes_what_iptables_nft_writes() {
         assert!(
-            nft::is_iptables_nft("iptables-save"),
+            libcni::nftables::iptables_nft::is_iptables_nft("iptables-save"),
             "this test needs iptables-nft as iptables (Debian's default)"
         );
         for v4 in [true, false] {

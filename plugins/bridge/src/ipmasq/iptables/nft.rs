@@ -39,12 +39,6 @@ use crate::ipmasq::IpMasqError;
 
 const POSTROUTING: &str = "POSTROUTING";
 
-/// Whether `program` is iptables-nft (see
-/// [`iptables_nft::is_iptables_nft`]).
-pub(crate) fn is_iptables_nft(program: &str) -> bool {
-    iptables_nft::is_iptables_nft(program)
-}
-
 fn family(v4: bool) -> Family {
     if v4 {
         Family::Ip
