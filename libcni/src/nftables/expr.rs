@@ -181,6 +181,34 @@ impl Expr {
         }
     }
 
+    /// `meta l4proto <protocol>` (`IPPROTO_*`): what `nft` writes before a
+    /// port match and iptables-nft writes for `-p`.
+    pub fn l4proto_is(protocol: u8) -> Vec<Expr> {
+        vec![
+            Expr::Meta(MetaKey::L4Proto),
+            Expr::Cmp {
+                op: CmpOp::Eq,
+                data: vec![protocol],
+            },
+        ]
+    }
+
+    /// The transport header's destination port equals `port` (`th dport`,
+    /// and iptables' `--dport` of the tcp and udp matches).
+    pub fn destination_port_is(port: u16) -> Vec<Expr> {
+        vec![
+            Expr::Payload {
+                base: PayloadBase::Transport,
+                offset: 2,
+                len: 2,
+            },
+            Expr::Cmp {
+                op: CmpOp::Eq,
+                data: port.to_be_bytes().to_vec(),
+            },
+        ]
+    }
+
     /// The expressions `nft` emits for `<field> ==|!= <network>/<prefix>`
     /// where the field is `network.len()` bytes at `offset`: a byte-aligned
     /// prefix loads only its bytes, any other one loads the whole field and

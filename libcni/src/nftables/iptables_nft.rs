@@ -11,11 +11,12 @@
 //! counter, and the target:
 //!
 //! ```text
-//! -p tcp|udp         meta l4proto, cmp
+//! -p tcp|udp         meta l4proto, cmp           (Expr::l4proto_is)
 //! -s/-d <net>        payload load <prefix/8>b @ network header + <offset>, cmp eq|neq
 //!                    (a prefix that is not whole bytes loads the whole
 //!                    address and masks it first; /0 writes nothing)
 //! --dport <port>     payload load 2b @ transport header + 2, cmp
+//!                    (Expr::destination_port_is)
 //! -m comment         xt match comment rev 0 (the text in 256 bytes)
 //! -m multiport       xt match multiport rev 1
 //! -m addrtype        xt match addrtype rev 1
@@ -185,32 +186,6 @@ pub fn network_of(
         <[u8; 16]>::try_from(bytes.as_slice()).ok()?.into()
     };
     IpNetwork::new(addr, u8::try_from(prefix).ok()?).ok()
-}
-
-/// `-p <protocol>` (`IPPROTO_*`).
-pub fn l4proto(protocol: u8) -> Vec<Expr> {
-    vec![
-        Expr::Meta(MetaKey::L4Proto),
-        Expr::Cmp {
-            op: CmpOp::Eq,
-            data: vec![protocol],
-        },
-    ]
-}
-
-/// `--dport <port>` of the tcp or udp match.
-pub fn destination_port(port: u16) -> Vec<Expr> {
-    vec![
-        Expr::Payload {
-            base: PayloadBase::Transport,
-            offset: 2,
-            len: 2,
-        },
-        Expr::Cmp {
-            op: CmpOp::Eq,
-            data: port.to_be_bytes().to_vec(),
-        },
-    ]
 }
 
 /// `-m comment --comment <text>`; `None` for a text iptables refuses

@@ -61,6 +61,14 @@ impl IptablesError {
         }
     }
 
+    /// The kernel's errno when nf_tables refused something.
+    pub fn nftables_errno(&self) -> Option<nix::errno::Errno> {
+        match self {
+            IptablesError::NfTables(e) => e.errno(),
+            _ => None,
+        }
+    }
+
     /// A configuration problem rather than a host problem.
     pub fn is_config(&self) -> bool {
         matches!(self, IptablesError::InvalidCondition { .. })

@@ -114,7 +114,7 @@ pub(crate) fn encode(args: &[String], family: Family) -> Option<Rule> {
             }
             "--dport" => {
                 protocol?;
-                matches.extend(iptables_nft::destination_port(value.parse().ok()?));
+                matches.extend(Expr::destination_port_is(value.parse().ok()?));
             }
             "-j" => target = Some(value),
             "--set-xmark" => xmark = Some(parse_mark(value)?),
@@ -124,7 +124,7 @@ pub(crate) fn encode(args: &[String], family: Family) -> Option<Rule> {
     }
     let mut exprs = Vec::new();
     if let Some(protocol) = protocol {
-        exprs.extend(iptables_nft::l4proto(protocol));
+        exprs.extend(Expr::l4proto_is(protocol));
     }
     if let Some(net) = source {
         exprs.extend(iptables_nft::address(AddressField::Source, false, &net));
@@ -198,90 +198,84 @@ pub(crate) fn forward(
     };
     let nft = nft_family(family);
     let mut socket = NfTablesSocket::open()?;
-    retry_if_vanished(
-        |e: &IptablesError| match e {
-            IptablesError::NfTables(e) => e.errno(),
-            _ => None,
-        },
-        || {
-            let mut batch = Batch::new();
-            batch.add_table(nft, NAT_TABLE, None);
-            let mut base_chains = vec![DNAT_ENTRY_CHAINS[0], DNAT_ENTRY_CHAINS[1]];
-            if shared_snat {
-                base_chains.push(MASQ_ENTRY_CHAIN);
+    retry_if_vanished(IptablesError::nftables_errno, || {
+        let mut batch = Batch::new();
+        batch.add_table(nft, NAT_TABLE, None);
+        let mut base_chains = vec![DNAT_ENTRY_CHAINS[0], DNAT_ENTRY_CHAINS[1]];
+        if shared_snat {
+            base_chains.push(MASQ_ENTRY_CHAIN);
+        }
+        for base in base_chains {
+            if socket.get_chain(nft, NAT_TABLE, base)?.is_none() {
+                batch.add_chain(
+                    nft,
+                    NAT_TABLE,
+                    base,
+                    iptables_nft::nat_base_chain(base),
+                    None,
+                );
             }
-            for base in base_chains {
-                if socket.get_chain(nft, NAT_TABLE, base)?.is_none() {
-                    batch.add_chain(
-                        nft,
-                        NAT_TABLE,
-                        base,
-                        iptables_nft::nat_base_chain(base),
-                        None,
-                    );
-                }
-            }
-            if shared_snat {
-                // The shared chains, each with its one rule.
-                let mut masq_jumps = 0;
-                for (shared, rule) in [(SET_MARK_CHAIN, &set_mark), (MARK_MASQ_CHAIN, &mark_masq)] {
-                    match socket.get_chain(nft, NAT_TABLE, shared)? {
-                        None => {
-                            batch.add_chain(nft, NAT_TABLE, shared, None, None);
+        }
+        if shared_snat {
+            // The shared chains, each with its one rule.
+            let mut masq_jumps = 0;
+            for (shared, rule) in [(SET_MARK_CHAIN, &set_mark), (MARK_MASQ_CHAIN, &mark_masq)] {
+                match socket.get_chain(nft, NAT_TABLE, shared)? {
+                    None => {
+                        batch.add_chain(nft, NAT_TABLE, shared, None, None);
+                        batch.add_rule(nft, NAT_TABLE, shared, rule);
+                    }
+                    Some(info) => {
+                        let listed = socket.list_rules(nft, NAT_TABLE, Some(shared))?;
+                        if !has_rule(&listed, rule) {
                             batch.add_rule(nft, NAT_TABLE, shared, rule);
                         }
-                        Some(info) => {
-                            let listed = socket.list_rules(nft, NAT_TABLE, Some(shared))?;
-                            if !has_rule(&listed, rule) {
-                                batch.add_rule(nft, NAT_TABLE, shared, rule);
-                            }
-                            if shared == MARK_MASQ_CHAIN {
-                                masq_jumps = info.use_count.saturating_sub(listed.len() as u32);
-                            }
+                        if shared == MARK_MASQ_CHAIN {
+                            masq_jumps = info.use_count.saturating_sub(listed.len() as u32);
                         }
                     }
                 }
-                // Nothing but the head of POSTROUTING jumps to
-                // CNI-HOSTPORT-MASQ; its use count says whether that jump
-                // is there without listing POSTROUTING's per-pod rules.
-                if masq_jumps == 0 {
-                    batch.insert_rule(nft, NAT_TABLE, MASQ_ENTRY_CHAIN, &masq_jump);
-                }
             }
-            if socket
-                .get_chain(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN)?
-                .is_none()
-            {
-                batch.add_chain(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, None, None);
+            // Nothing but the head of POSTROUTING jumps to
+            // CNI-HOSTPORT-MASQ; its use count says whether that jump
+            // is there without listing POSTROUTING's per-pod rules.
+            if masq_jumps == 0 {
+                batch.insert_rule(nft, NAT_TABLE, MASQ_ENTRY_CHAIN, &masq_jump);
             }
-            for entry in DNAT_ENTRY_CHAINS {
-                let listed = socket.list_rules(nft, NAT_TABLE, Some(entry))?;
-                if !has_rule(&listed, &entry_jump) {
-                    batch.add_rule(nft, NAT_TABLE, entry, &entry_jump);
-                }
+        }
+        if socket
+            .get_chain(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN)?
+            .is_none()
+        {
+            batch.add_chain(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, None, None);
+        }
+        for entry in DNAT_ENTRY_CHAINS {
+            let listed = socket.list_rules(nft, NAT_TABLE, Some(entry))?;
+            if !has_rule(&listed, &entry_jump) {
+                batch.add_rule(nft, NAT_TABLE, entry, &entry_jump);
             }
-            // A repeated ADD replaces the container's rules.
-            match socket.get_chain(nft, NAT_TABLE, &chain)? {
-                None => batch.add_chain(nft, NAT_TABLE, &chain, None, None),
-                Some(_) => {
-                    for rule in socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))? {
-                        if rule.verdict_chain().as_deref() == Some(chain.as_str()) {
-                            batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
-                        }
+        }
+        // A repeated ADD replaces the container's rules.
+        match socket.get_chain(nft, NAT_TABLE, &chain)? {
+            None => batch.add_chain(nft, NAT_TABLE, &chain, None, None),
+            Some(_) => {
+                for rule in socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))? {
+                    if rule.verdict_chain().as_deref() == Some(chain.as_str()) {
+                        batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
                     }
-                    batch.flush_chain(nft, NAT_TABLE, &chain);
                 }
+                batch.flush_chain(nft, NAT_TABLE, &chain);
             }
-            for rule in &chain_rules {
-                batch.add_rule(nft, NAT_TABLE, &chain, rule);
-            }
-            for rule in &entry_rules {
-                batch.add_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule);
-            }
-            socket.commit(batch)?;
-            Ok(())
-        },
-    )?;
+        }
+        for rule in &chain_rules {
+            batch.add_rule(nft, NAT_TABLE, &chain, rule);
+        }
+        for rule in &entry_rules {
+            batch.add_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule);
+        }
+        socket.commit(batch)?;
+        Ok(())
+    })?;
     Ok(true)
 }
 
@@ -305,46 +299,40 @@ pub(crate) fn remove_chains(
     let nft = nft_family(family);
     let mut handled = true;
     let mut deleted = false;
-    retry_if_vanished(
-        |e: &IptablesError| match e {
-            IptablesError::NfTables(e) => e.errno(),
-            _ => None,
-        },
-        || {
-            let mut batch = Batch::new();
-            let mut top_rules: Option<Vec<ListedRule>> = None;
-            for chain in chains {
-                let Some(info) = socket.get_chain(nft, NAT_TABLE, chain)? else {
-                    continue;
+    retry_if_vanished(IptablesError::nftables_errno, || {
+        let mut batch = Batch::new();
+        let mut top_rules: Option<Vec<ListedRule>> = None;
+        for chain in chains {
+            let Some(info) = socket.get_chain(nft, NAT_TABLE, chain)? else {
+                continue;
+            };
+            let own_rules = socket.list_rules(nft, NAT_TABLE, Some(chain))?.len() as u32;
+            let jumps = info.use_count.saturating_sub(own_rules);
+            let mut found = 0;
+            if jumps > 0 {
+                let top = match top_rules.take() {
+                    Some(rules) => rules,
+                    None => socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))?,
                 };
-                let own_rules = socket.list_rules(nft, NAT_TABLE, Some(chain))?.len() as u32;
-                let jumps = info.use_count.saturating_sub(own_rules);
-                let mut found = 0;
-                if jumps > 0 {
-                    let top = match top_rules.take() {
-                        Some(rules) => rules,
-                        None => socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))?,
-                    };
-                    for rule in &top {
-                        if rule.verdict_chain().as_deref() == Some(*chain) {
-                            batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
-                            found += 1;
-                        }
+                for rule in &top {
+                    if rule.verdict_chain().as_deref() == Some(*chain) {
+                        batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
+                        found += 1;
                     }
-                    top_rules = Some(top);
                 }
-                if found != jumps {
-                    handled = false;
-                    return Ok(());
-                }
-                batch.flush_chain(nft, NAT_TABLE, chain);
-                batch.delete_chain(nft, NAT_TABLE, chain);
+                top_rules = Some(top);
             }
-            deleted = !batch.is_empty();
-            socket.commit(batch)?;
-            Ok(())
-        },
-    )?;
+            if found != jumps {
+                handled = false;
+                return Ok(());
+            }
+            batch.flush_chain(nft, NAT_TABLE, chain);
+            batch.delete_chain(nft, NAT_TABLE, chain);
+        }
+        deleted = !batch.is_empty();
+        socket.commit(batch)?;
+        Ok(())
+    })?;
     Ok(Removal { handled, deleted })
 }
 

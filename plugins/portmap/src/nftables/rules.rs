@@ -173,20 +173,8 @@ impl Matcher {
                 });
             }
             Matcher::DestinationPort { protocol, port } => {
-                out.push(Expr::Meta(MetaKey::L4Proto));
-                out.push(Expr::Cmp {
-                    op: CmpOp::Eq,
-                    data: vec![protocol.number()],
-                });
-                out.push(Expr::Payload {
-                    base: PayloadBase::Transport,
-                    offset: 2,
-                    len: 2,
-                });
-                out.push(Expr::Cmp {
-                    op: CmpOp::Eq,
-                    data: port.to_be_bytes().to_vec(),
-                });
+                out.extend(Expr::l4proto_is(protocol.number()));
+                out.extend(Expr::destination_port_is(*port));
             }
             Matcher::InterfaceName {
                 direction,
