@@ -13,6 +13,7 @@
 pub mod args;
 pub mod cache;
 pub mod conf;
+pub mod detached;
 pub mod error;
 pub mod invoke;
 pub mod logging;

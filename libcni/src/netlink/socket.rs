@@ -35,6 +35,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::sys::time::TimeVal;
 
+use crate::detached::{self, Side};
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::netns::{NetNs, NetNsError};
 
@@ -242,6 +243,45 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
                 "{} replies where only an ACK was expected",
                 replies.len()
             )))
+        }
+    }
+
+    /// Sends `message` from a forked child ([`crate::detached`]) and returns
+    /// without waiting for the kernel to carry it out: for a change whose
+    /// effect the caller has already secured, where what is left is the
+    /// kernel's slow cleanup (a veth's unregistration). The kernel's answer
+    /// goes unread, so its errors are not seen (the caller looks for the
+    /// effect instead, on this socket, which the child shares). Where fork
+    /// fails, the request runs here and its error is returned.
+    pub fn request_detached(
+        &mut self,
+        message: P::Request,
+        flags: u16,
+    ) -> Result<(), NetlinkError> {
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::InnerMessage(message),
+        );
+        packet.header.flags = NLM_F_REQUEST | flags;
+        packet.header.sequence_number = self.next_sequence();
+        packet.finalize();
+        // Serialized before the fork: the child must not allocate.
+        let mut bytes = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.socket);
+        // SAFETY: the child makes one send on a kept descriptor, from
+        // memory prepared before the fork, then exits.
+        match unsafe { detached::fork_keeping(&[fd]) } {
+            Some(Side::Child) => {
+                // SAFETY: `bytes` outlives the call; send is a plain syscall.
+                unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), 0) };
+                detached::exit_child()
+            }
+            Some(Side::Parent) => Ok(()),
+            None => {
+                packet.header.flags |= NLM_F_ACK;
+                self.request_once(&mut packet).map(drop)
+            }
         }
     }
 

@@ -45,6 +45,7 @@ use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
 use nix::errno::Errno;
 
+use crate::detached::{self, Side};
 use crate::netlink::attributes::{self, attributes, be_u32, be_u64};
 use crate::netlink::{BatchMessage, NetlinkError, NfnlSocket};
 
@@ -314,36 +315,17 @@ impl NfTablesSocket {
             return;
         }
         let [read_end, write_end] = pipe_fds;
-        // SAFETY: between fork and _exit the child calls only close_range,
-        // read, close and _exit, which are async-signal-safe, so forking a
-        // process that may have other threads is sound. The parent goes on
-        // as if fork were a no-op.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the child: plain syscalls on descriptor numbers,
-            // then an exit that runs no Rust code (no destructors, no
-            // atexit handlers of the parent's).
+        // SAFETY: the child makes only read and close calls before its
+        // exit.
+        if let Some(Side::Child) = unsafe { detached::fork_keeping(&[socket_fd, read_end]) } {
+            let mut byte = 0u8;
+            // Returns at EOF: the parent has closed its socket copy.
+            // SAFETY: plain syscalls on descriptors the child kept.
             unsafe {
-                let mut keep =
-                    [socket_fd, read_end].map(|fd| libc::c_uint::try_from(fd).unwrap_or(0));
-                keep.sort_unstable();
-                let mut from = 0u32;
-                for fd in keep {
-                    if fd > from {
-                        libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32);
-                    }
-                    from = fd + 1;
-                }
-                libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0u32);
-                let mut byte = 0u8;
-                // Returns at EOF: the parent has closed its socket copy.
                 while libc::read(read_end, (&mut byte as *mut u8).cast(), 1) < 0 {}
                 libc::close(socket_fd);
-                libc::_exit(0);
             }
-        }
-        if pid < 0 {
-            log::debug!("nftables: fork failed; closing in the foreground");
+            detached::exit_child();
         }
         // With the child holding the socket, this close releases nothing.
         drop(self);

@@ -11,8 +11,10 @@
 //! DEL), the rules are found by their attachment identity.
 //!
 //! The link deletion and IPAM DEL run on worker threads while the firewall
-//! teardown runs on the calling thread: the kernel's veth unregistration
-//! alone takes 10-30 ms, and none of the three needs another.
+//! teardown runs on the calling thread; none of the three needs another.
+//! The veth's unregistration itself (10-25 ms of kernel waits) finishes
+//! after DEL returns, in a detached child, once the interface is down and
+//! renamed (see [`ContainerInterface::delete`]).
 //!
 //! The bridge, its addresses and `<bridge>.<vlan>` are shared and stay.
 
@@ -61,10 +63,9 @@ pub fn del<E: Exec>(
     }
 
     thread::scope(|scope| {
-        // The kernel takes 10-30 ms to unregister a veth (it waits for RCU
-        // grace periods) and IPAM DEL is a process of its own; neither
-        // depends on the other nor on the firewall teardown, so the three
-        // overlap. DEL still returns only once all are done.
+        // Parking the veth and IPAM DEL (a process of its own) depend
+        // neither on each other nor on the firewall teardown, so the three
+        // overlap. DEL returns once all are done.
         let deletion =
             interface.map(|found| Background::start(scope, "link-delete", move || found.delete()));
         let released = conf.ipam_type.as_deref().map(|plugin| {
@@ -121,29 +122,88 @@ fn finished(
     job.finish().unwrap_or(Err(BridgeError::WorkerLost(what)))
 }
 
-/// The container interface, found through a socket bound to its namespace.
+/// The prefix of the name a container interface gets while its deletion
+/// finishes (`cnidel-<index in hex>`, at most 15 bytes), so a DEL can find
+/// one whose deletion never happened (its child was killed).
+const PARKED_PREFIX: &str = "cnidel-";
+
+/// The container interface, found through a socket bound to its namespace,
+/// and any interface an earlier DEL parked there and did not delete.
 struct ContainerInterface {
     socket: RouteSocket,
-    index: u32,
+    /// The interface named `ifname`, if it is still there.
+    index: Option<u32>,
     ifname: String,
+    /// Interfaces named [`PARKED_PREFIX`]...: rare, see there.
+    parked: Vec<u32>,
     /// Its global addresses, read before it is deleted.
     addresses: Vec<IpNetwork>,
 }
 
 impl ContainerInterface {
-    /// Deletes the link; one already gone is success.
+    /// Takes the interface out of use, then leaves its deletion to a
+    /// detached child; one already gone is success.
+    ///
+    /// The kernel's unregistration of a veth waits for RCU grace periods
+    /// and an `rcu_barrier` (10-25 ms on the test VM) when the link has
+    /// long stopped mattering: it was most of a DEL's time. So before
+    /// returning, DEL sets the container end down, which drops the
+    /// carrier of the host end and with it the bridge port (no traffic
+    /// either way, no ARP answers for a released address), and renames
+    /// it out of the way, so an ADD that follows at once in the same
+    /// namespace finds `ifname` free. The deletion itself is sent from a
+    /// child ([`RouteSocket::delete_link_detached`]) and done some
+    /// milliseconds later. Should that child die first, the parked link
+    /// is deleted by the next DEL in this namespace, or with the
+    /// namespace.
     fn delete(mut self) -> Result<(), BridgeError> {
-        match self.socket.delete_link(self.index) {
-            Err(e) if !e.is_not_found() => {
-                Err(e.context(format!("delete {:?}", self.ifname)).into())
+        for index in std::mem::take(&mut self.parked) {
+            if let Err(e) = self.socket.delete_link(index) {
+                if !e.is_not_found() {
+                    log::warn!("delete parked link #{index}: {e}");
+                }
             }
-            _ => Ok(()),
+        }
+        let Some(index) = self.index else {
+            return Ok(());
+        };
+        match park(&mut self.socket, index) {
+            Ok(true) => self
+                .socket
+                .delete_link_detached(index)
+                .map_err(|e| e.context(format!("delete {:?}", self.ifname)).into()),
+            Ok(false) => Ok(()),
+            Err(e) => {
+                log::debug!("cannot park {:?} ({e}); deleting it now", self.ifname);
+                match self.socket.delete_link(index) {
+                    Err(e) if !e.is_not_found() => {
+                        Err(e.context(format!("delete {:?}", self.ifname)).into())
+                    }
+                    _ => Ok(()),
+                }
+            }
         }
     }
 }
 
-/// Looks `ifname` up in the namespace at `path`; a namespace or link that
-/// is already gone is `None`.
+/// Sets link `index` down and renames it `cnidel-<index>`; `false` when it
+/// vanished meanwhile. Two requests: the kernel renames only a link that
+/// is already down.
+fn park(socket: &mut RouteSocket, index: u32) -> Result<bool, libcni::netlink::NetlinkError> {
+    let parked_name = format!("{PARKED_PREFIX}{index:x}");
+    let outcome = socket
+        .set_link_down(index)
+        .and_then(|()| socket.set_name(index, &parked_name));
+    match outcome {
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(e),
+        Ok(()) => Ok(true),
+    }
+}
+
+/// Looks `ifname` up in the namespace at `path`, with any parked link
+/// left there; a namespace that is already gone, or holds neither, is
+/// `None`.
 fn find_container_interface(
     path: &str,
     ifname: &str,
@@ -157,19 +217,32 @@ fn find_container_interface(
         Err(e) => return Err(e),
     };
     let mut socket = container_socket(&netns)?;
-    let Some(link) = socket.link_by_name(ifname)? else {
-        return Ok(None);
-    };
-    let addresses = socket
-        .list_addresses(Some(link.index))?
-        .into_iter()
-        .filter(|a| a.scope == SCOPE_UNIVERSE)
-        .map(|a| a.address)
+    // A pod holds a handful of links: one dump finds `ifname` and any
+    // parked link for the cost of one lookup.
+    let links = socket.list_links()?;
+    let index = links.iter().find(|l| l.name == ifname).map(|l| l.index);
+    let parked: Vec<u32> = links
+        .iter()
+        .filter(|l| l.name.starts_with(PARKED_PREFIX) && l.kind.as_deref() == Some("veth"))
+        .map(|l| l.index)
         .collect();
+    if index.is_none() && parked.is_empty() {
+        return Ok(None);
+    }
+    let addresses = match index {
+        Some(index) => socket
+            .list_addresses(Some(index))?
+            .into_iter()
+            .filter(|a| a.scope == SCOPE_UNIVERSE)
+            .map(|a| a.address)
+            .collect(),
+        None => Vec::new(),
+    };
     Ok(Some(ContainerInterface {
         socket,
-        index: link.index,
+        index,
         ifname: ifname.to_string(),
+        parked,
         addresses,
     }))
 }

@@ -543,3 +543,41 @@ fn del_reports_errors_but_still_releases_the_lease() {
     fx.del(&conf).assert_ok();
     assert_eq!(fx.pod.links(), vec!["lo"]);
 }
+
+/// DEL returns with the container interface unlisted, though the kernel
+/// finishes the veth's deletion after DEL (see `del.rs`): an ADD in the
+/// same namespace at once (a runtime's retry, `podman network reload`)
+/// finds the name free and works.
+#[test]
+fn add_right_after_del_in_the_same_netns() {
+    let fx = Fixture::new("readd");
+    let conf = ipv4_conf(&fx, "1.1.0");
+    for round in 0..3 {
+        let result = fx.add(&conf).assert_ok().json();
+        assert_eq!(fx.leases().len(), 1, "round {round}");
+        assert!(ping_eventually(&fx.pod, "10.1.2.1"), "round {round}");
+        fx.del(&with_prev_result(conf.clone(), &result)).assert_ok();
+        assert_eq!(fx.pod.links(), vec!["lo"], "round {round}");
+        assert!(fx.host_veths().is_empty(), "round {round}");
+        assert!(fx.leases().is_empty(), "round {round}");
+    }
+}
+
+/// A container interface parked by a DEL whose deleting child never ran
+/// (killed first) is deleted, with its peer, by the next DEL there.
+#[test]
+fn del_deletes_a_link_an_earlier_del_parked() {
+    let fx = Fixture::new("park");
+    let conf = ipv4_conf(&fx, "1.1.0");
+    fx.add(&conf).assert_ok();
+    // What an interrupted DEL leaves: the container end down and renamed.
+    fx.pod.ip(&["link", "set", IFNAME, "down"]);
+    fx.pod.ip(&["link", "set", IFNAME, "name", "cnidel-7"]);
+    // Another link of the pod, not ours, must stay.
+    fx.pod.ip(&["link", "add", "cnidel-x", "type", "bridge"]);
+    assert_eq!(fx.host_veths().len(), 1);
+    fx.del(&conf).assert_ok();
+    assert_eq!(fx.pod.links(), vec!["lo", "cnidel-x"]);
+    assert!(fx.host_veths().is_empty());
+    assert!(fx.leases().is_empty());
+}

@@ -139,7 +139,10 @@ pub(crate) fn teardown(
             batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
         socket.commit(batch)
-    })
+    })?;
+    // The deleted rules are gone; only their freeing is left to wait for.
+    socket.close_detached();
+    Ok(())
 }
 
 /// GC: deletes the network's rules whose attachment is not in `valid`.
@@ -161,7 +164,9 @@ pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), NfTablesEr
             }
         }
         socket.commit(batch)
-    })
+    })?;
+    socket.close_detached();
+    Ok(())
 }
 
 /// The `masq_checks` rules whose comment starts with `prefix`.

@@ -1,0 +1,107 @@
+//! Kernel work whose effect is already in place but whose cleanup makes the
+//! calling task wait, finished by a forked child after the caller returns.
+//!
+//! Two such waits dominate a plugin's DEL on the test VM:
+//! - a veth's unregistration: the link is gone from every listing at once,
+//!   but `RTM_DELLINK` returns only after two expedited RCU grace periods
+//!   and an `rcu_barrier` (10-25 ms);
+//! - the close of an nfnetlink socket that deleted rules: they are gone
+//!   from the ruleset at commit, the close waits for their freeing after an
+//!   RCU grace period (10-16 ms).
+//!
+//! The child keeps only the descriptors the work needs and closes every
+//! other one before anything else, so it never holds the runtime's stdout
+//! and stderr pipes (a runtime reads a plugin's output until EOF) nor the
+//! plugin's locks. Between fork and exit it makes only async-signal-safe
+//! calls, which is what makes forking a process with other threads sound.
+//! The child is not waited for: the plugin exits right after, and the child
+//! is reaped by whoever inherits it.
+
+use std::os::fd::RawFd;
+
+/// Which side of [`fork_keeping`] the caller is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Parent,
+    Child,
+}
+
+/// Forks; in the child, closes every descriptor but `keep`. `None` when
+/// fork fails (the caller then does the work itself).
+///
+/// # Safety
+///
+/// On [`Side::Child`] the caller may make only async-signal-safe calls
+/// (plain syscalls on descriptors and memory prepared before the fork) and
+/// must end with [`exit_child`]: no allocation, no locks, no Rust code that
+/// could unwind or run destructors.
+pub unsafe fn fork_keeping(keep: &[RawFd]) -> Option<Side> {
+    // SAFETY: the caller upholds the child's restrictions.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        log::debug!("fork failed; doing the work in the foreground");
+        return None;
+    }
+    if pid > 0 {
+        return Some(Side::Parent);
+    }
+    // At most a few descriptors are kept; a fixed array keeps the child
+    // free of allocation.
+    let mut sorted = [libc::c_uint::MAX; 4];
+    let kept = keep.len().min(sorted.len());
+    for (slot, fd) in sorted.iter_mut().zip(keep) {
+        *slot = libc::c_uint::try_from(*fd).unwrap_or(libc::c_uint::MAX);
+    }
+    sorted[..kept].sort_unstable();
+    let mut from: libc::c_uint = 0;
+    for &fd in &sorted[..kept] {
+        if fd == libc::c_uint::MAX {
+            continue;
+        }
+        if fd > from {
+            // SAFETY: close_range on descriptor numbers only.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
+        }
+        from = fd.saturating_add(1);
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0u32) };
+    Some(Side::Child)
+}
+
+/// Ends the child of [`fork_keeping`] without running anything of the
+/// parent's (destructors, atexit handlers, stdio flushes).
+pub fn exit_child() -> ! {
+    // SAFETY: _exit is async-signal-safe and does not return.
+    unsafe { libc::_exit(0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// The child sees only the kept descriptor: it reports through the
+    /// kept pipe whether another open descriptor survived the fork.
+    #[test]
+    fn the_child_keeps_only_what_it_is_told() {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let other = std::fs::File::open("/dev/null").unwrap();
+        let other_fd = other.as_raw_fd();
+        let write_fd = write_end.as_raw_fd();
+        // SAFETY: the child only calls fcntl, write and _exit.
+        match unsafe { fork_keeping(&[write_fd]) }.unwrap() {
+            Side::Child => {
+                let survived = unsafe { libc::fcntl(other_fd, libc::F_GETFD) } >= 0;
+                let byte = [if survived { b'y' } else { b'n' }];
+                unsafe { libc::write(write_fd, byte.as_ptr().cast(), 1) };
+                exit_child();
+            }
+            Side::Parent => {}
+        }
+        drop(write_end);
+        let mut answer = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut answer).unwrap();
+        assert_eq!(answer, b"n", "the child must close every other descriptor");
+    }
+}
