@@ -188,10 +188,15 @@ impl Mapper {
         Ok(())
     }
 
-    fn unforward(&mut self, network: &str, container_id: &str) -> Result<(), PortmapError> {
+    /// DEL's removal, ending the mapper: the nftables socket closes
+    /// detached, as the iptables writer's does.
+    fn unforward(self, network: &str, container_id: &str) -> Result<(), PortmapError> {
         match self {
-            Mapper::Iptables(m) => m.unforward(network, container_id)?,
-            Mapper::Nftables(m) => m.unforward(network, container_id)?,
+            Mapper::Iptables(mut m) => m.unforward(network, container_id)?,
+            Mapper::Nftables(mut m) => {
+                m.unforward(network, container_id)?;
+                m.close_detached();
+            }
         }
         Ok(())
     }
@@ -209,10 +214,13 @@ impl Mapper {
         Ok(())
     }
 
-    fn gc(&mut self, network: &str, valid: &BTreeSet<String>) -> Result<(), PortmapError> {
+    fn gc(self, network: &str, valid: &BTreeSet<String>) -> Result<(), PortmapError> {
         match self {
-            Mapper::Iptables(m) => m.gc(network, valid)?,
-            Mapper::Nftables(m) => m.gc(network, valid)?,
+            Mapper::Iptables(mut m) => m.gc(network, valid)?,
+            Mapper::Nftables(mut m) => {
+                m.gc(network, valid)?;
+                m.close_detached();
+            }
         }
         Ok(())
     }

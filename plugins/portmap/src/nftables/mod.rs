@@ -431,6 +431,12 @@ impl NftMapper {
         })
     }
 
+    /// Closes the socket without waiting for the kernel to free the rules
+    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]).
+    pub fn close_detached(self) {
+        self.socket.close_detached();
+    }
+
     /// Whether nf_tables answers here (asks for the ruleset generation,
     /// which lists nothing).
     pub fn probe(&mut self) -> Result<(), NftError> {
@@ -444,11 +450,21 @@ impl NftMapper {
     pub fn list_rules(&mut self) -> Result<Vec<ListedRule>, NftError> {
         let mut rules = Vec::new();
         for family in Family::ALL {
-            let listed = self
-                .socket
-                .list_rules(nft_family(family), TABLE, None)
-                .map_err(NftError::List)?;
-            rules.extend(listed.into_iter().map(|rule| {
+            rules.extend(self.list(family, None)?);
+        }
+        Ok(rules)
+    }
+
+    /// The rules of `chain` (of the whole table with `None`) in `family`;
+    /// a missing table or chain lists as no rules.
+    fn list(&mut self, family: Family, chain: Option<&str>) -> Result<Vec<ListedRule>, NftError> {
+        let listed = self
+            .socket
+            .list_rules(nft_family(family), TABLE, chain)
+            .map_err(NftError::List)?;
+        Ok(listed
+            .into_iter()
+            .map(|rule| {
                 let tags = parse_rule_userdata(&rule.userdata);
                 ListedRule {
                     family,
@@ -458,9 +474,8 @@ impl NftMapper {
                     network: tags.network,
                     spec: tags.spec,
                 }
-            }));
-        }
-        Ok(rules)
+            })
+            .collect())
     }
 
     /// Our chains in `family` that exist, with their hooks: one small
@@ -487,9 +502,15 @@ impl NftMapper {
         Ok(chains)
     }
 
-    /// One transaction per family set: the table and chains, the base
-    /// chains refilled, the container's old rules (a repeated ADD) removed
-    /// and its new rules added.
+    /// One transaction per family set: the table and chains, and the base
+    /// chains refilled where they are not current, then the container's
+    /// rules added.
+    ///
+    /// Only the base chains are listed (a few rules each), never the
+    /// per-container chains, so an ADD costs the same with 500 pods'
+    /// rules as with none. As in the reference, an earlier copy of this
+    /// container's rules (a second ADD without DEL, which the spec
+    /// forbids) is not looked for: DEL removes every copy.
     pub fn forward(
         &mut self,
         conf: &PortMapConf,
@@ -504,20 +525,16 @@ impl NftMapper {
         // ENOENT: something listed went away meanwhile (a rule deleted,
         // the table flushed by hand); look again.
         retry_if_vanished(NftError::errno, || {
-            let listed = self.list_rules()?;
-            let mut existing = Vec::new();
-            for plan in &plans {
-                existing.push(self.existing_chains(plan.family)?);
-            }
             let mut batch = Batch::new();
-            for (plan, existing) in plans.iter().zip(&existing) {
-                plan.add_setup(&mut batch, &listed, existing);
-            }
-            for rule in listed
-                .iter()
-                .filter(|r| r.belongs_to(&conf.network, container_id))
-            {
-                rule.delete(&mut batch);
+            for plan in &plans {
+                let existing = self.existing_chains(plan.family)?;
+                let mut listed = Vec::new();
+                for chain in [HOSTPORTS_ALL_CHAIN, PREROUTING_CHAIN, OUTPUT_CHAIN] {
+                    if existing.contains_key(chain) {
+                        listed.extend(self.list(plan.family, Some(chain))?);
+                    }
+                }
+                plan.add_setup(&mut batch, &listed, &existing);
             }
             for plan in &plans {
                 for rule in &plan.container_rules {
