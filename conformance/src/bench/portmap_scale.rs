@@ -2,6 +2,11 @@
 //! (and DEL) of one more pod with no pods' rules present and with `pods`
 //! pods' rules present, ours against the reference.
 //!
+//! The configuration names no `backend` (each side picks its own, iptables
+//! here), or names one for both: with `nftables`, ours uses its nftables
+//! backend while the reference 1.1.1, which has none, ignores the key and
+//! stays on iptables; the rows say which backend each side used.
+//!
 //! portmap is called directly with a made-up prevResult, so no bridge,
 //! veth or IPAM runs and the figure is the cost of portmap alone. Each side
 //! gets its own fake host namespace, so the two rule sets never share a
@@ -66,7 +71,9 @@ pub enum PortmapScaleError {
 pub struct PortmapScaleFigures {
     pub pods: usize,
     pub rounds: usize,
-    /// The backend each side chose on its own (no `backend` key given).
+    /// The `backend` key given to both sides, if any.
+    pub requested_backend: Option<String>,
+    /// The backend each side used.
     pub backend: [String; 2],
     pub empty_add_ms: [Vec<f64>; 2],
     pub empty_del_ms: [Vec<f64>; 2],
@@ -114,6 +121,7 @@ impl Attachment {
 /// names (portmap never enters it, but CNI_NETNS must exist).
 struct SideHost {
     side: Side,
+    backend: Option<String>,
     plugin: PathBuf,
     plugin_dir: String,
     host: TestNetns,
@@ -122,7 +130,11 @@ struct SideHost {
 }
 
 impl SideHost {
-    fn new(side: Side, plugin_dir: &Path) -> Result<SideHost, PortmapScaleError> {
+    fn new(
+        side: Side,
+        plugin_dir: &Path,
+        backend: Option<&str>,
+    ) -> Result<SideHost, PortmapScaleError> {
         let host = TestNetns::new("pm-host");
         host.ip(&["link", "add", "cni0", "type", "bridge"]);
         host.ip(&["addr", "add", "10.88.0.1/16", "dev", "cni0"]);
@@ -130,6 +142,7 @@ impl SideHost {
         let host_ns = NetNs::open(host.path())?;
         Ok(SideHost {
             side,
+            backend: backend.map(str::to_string),
             plugin: plugin_dir.join("portmap"),
             plugin_dir: plugin_dir.display().to_string(),
             host,
@@ -139,7 +152,7 @@ impl SideHost {
     }
 
     fn config(&self, att: &Attachment) -> Vec<u8> {
-        let conf = json!({
+        let mut conf = json!({
             "cniVersion": "1.0.0",
             "name": NETWORK,
             "type": "portmap",
@@ -162,6 +175,9 @@ impl SideHost {
                 ]
             }
         });
+        if let (Some(backend), Some(object)) = (&self.backend, conf.as_object_mut()) {
+            object.insert("backend".into(), json!(backend));
+        }
         serde_json::to_vec(&conf).unwrap_or_default()
     }
 
@@ -307,17 +323,19 @@ pub fn measure(
     reference_dir: &Path,
     pods: usize,
     rounds: usize,
+    backend: Option<&str>,
 ) -> Result<(PortmapScaleFigures, Vec<Row>), PortmapScaleError> {
     if pods > MAX_PODS {
         return Err(PortmapScaleError::TooManyPods(pods));
     }
     let sides = [
-        SideHost::new(Side::Ours, ours_dir)?,
-        SideHost::new(Side::Reference, reference_dir)?,
+        SideHost::new(Side::Ours, ours_dir, backend)?,
+        SideHost::new(Side::Reference, reference_dir, backend)?,
     ];
     let mut figs = PortmapScaleFigures {
         pods,
         rounds,
+        requested_backend: backend.map(str::to_string),
         ..PortmapScaleFigures::default()
     };
     // The first ADD on a host creates the shared chains and jumps; keep it
@@ -367,7 +385,7 @@ pub fn measure(
             );
         }
     }
-    if figs.backend[0] != figs.backend[1] {
+    if figs.backend[0] != figs.backend[1] && backend.is_none() {
         eprintln!(
             "portmap-scale: the sides used different backends: ours {}, reference {}",
             figs.backend[0], figs.backend[1]
@@ -379,7 +397,11 @@ pub fn measure(
 
 fn rows(figs: &PortmapScaleFigures) -> Vec<Row> {
     let pods = figs.pods;
-    let backend = &figs.backend[0];
+    let backend = if figs.backend[0] == figs.backend[1] {
+        figs.backend[0].clone()
+    } else {
+        format!("ours {}, reference {}", figs.backend[0], figs.backend[1])
+    };
     let med = |v: &[Vec<f64>; 2], i: usize| v.get(i).map(|s| median(s)).unwrap_or(f64::NAN);
     let mut rows = vec![
         Row::new(
@@ -398,7 +420,10 @@ fn rows(figs: &PortmapScaleFigures) -> Vec<Row> {
     for (i, side) in ["ours", "reference"].iter().enumerate() {
         rows.push(
             Row::new(
-                format!("portmap {side}: ADD with {pods} pods' rules vs none"),
+                format!(
+                    "portmap {side} ({}): ADD with {pods} pods' rules vs none",
+                    figs.backend[i]
+                ),
                 med(&figs.full_add_ms, i),
                 med(&figs.empty_add_ms, i),
                 "ms",
@@ -407,20 +432,23 @@ fn rows(figs: &PortmapScaleFigures) -> Vec<Row> {
         );
     }
     rows.push(Row::new(
-        "portmap DEL, no rules (median)",
+        format!("portmap DEL, no rules ({backend}, median)"),
         med(&figs.empty_del_ms, 0),
         med(&figs.empty_del_ms, 1),
         "ms",
     ));
     rows.push(Row::new(
-        format!("portmap DEL, {pods} pods' rules (median)"),
+        format!("portmap DEL, {pods} pods' rules ({backend}, median)"),
         med(&figs.full_del_ms, 0),
         med(&figs.full_del_ms, 1),
         "ms",
     ));
     for (i, side) in ["ours", "reference"].iter().enumerate() {
         rows.push(Row::new(
-            format!("portmap {side}: DEL with {pods} pods' rules vs none"),
+            format!(
+                "portmap {side} ({}): DEL with {pods} pods' rules vs none",
+                figs.backend[i]
+            ),
             med(&figs.full_del_ms, i),
             med(&figs.empty_del_ms, i),
             "ms",
