@@ -426,10 +426,15 @@ impl<'a, E: Exec> Attach<'a, E> {
             None => None,
         };
         let link = target.clone().unwrap_or_else(|| self.bridge.link.clone());
+        let mut added = false;
         for &gw in gateways.all() {
-            gateway::ensure_address(&mut self.host, &link, gw, self.conf.force_address)?;
+            added |= gateway::ensure_address(&mut self.host, &link, gw, self.conf.force_address)?;
         }
-        if target.is_none() {
+        // Only with a gateway address just added, as in the reference: a
+        // MAC change, even to the same MAC, makes the kernel flush the
+        // bridge's neighbour entries, which every ADD would otherwise do
+        // to the traffic of the pods already there.
+        if target.is_none() && added {
             bridge_link::pin_mac(&mut self.host, &self.bridge)?;
         }
         Ok(target)

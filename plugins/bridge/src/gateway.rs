@@ -134,19 +134,21 @@ pub fn plan_address(current: &[IpNetwork], wanted: IpNetwork, force: bool) -> Ad
 }
 
 /// Puts gateway address `wanted` on `link`; see [`plan_address`].
+/// Whether this call added it (`false`: it was there, or a concurrent ADD
+/// added it first).
 pub fn ensure_address(
     socket: &mut RouteSocket,
     link: &LinkInfo,
     wanted: IpNetwork,
     force: bool,
-) -> Result<(), BridgeError> {
+) -> Result<bool, BridgeError> {
     let current: Vec<IpNetwork> = socket
         .list_addresses(Some(link.index))?
         .into_iter()
         .map(|a| a.address)
         .collect();
     match plan_address(&current, wanted, force) {
-        AddressPlan::AlreadyThere => Ok(()),
+        AddressPlan::AlreadyThere => Ok(false),
         AddressPlan::Conflict(_) => Err(BridgeError::AddressConflict(
             link.name.clone(),
             wanted.to_string(),
@@ -158,12 +160,12 @@ pub fn ensure_address(
                 })?;
             }
             match socket.add_address(link.index, wanted) {
+                Ok(()) => Ok(true),
                 // Another ADD on the same network added it meanwhile.
-                Err(e) if e.is_exists() => Ok(()),
-                other => other.map_err(|e| {
-                    e.context(format!("could not add IP address to {:?}", link.name))
-                        .into()
-                }),
+                Err(e) if e.is_exists() => Ok(false),
+                Err(e) => Err(e
+                    .context(format!("could not add IP address to {:?}", link.name))
+                    .into()),
             }
         }
     }

@@ -581,3 +581,40 @@ fn del_deletes_a_link_an_earlier_del_parked() {
     assert!(fx.host_veths().is_empty());
     assert!(fx.leases().is_empty());
 }
+
+/// The bridge's MAC is pinned when the gateway address is first added,
+/// and not again on every ADD (as in the reference): setting a MAC makes
+/// the kernel flush the bridge's neighbour entries, the ARP cache of every
+/// pod already there.
+#[test]
+fn a_later_add_keeps_the_bridge_neighbour_entries() {
+    let fx = Fixture::new("neigh");
+    let conf = ipv4_conf(&fx, "1.1.0");
+    fx.add(&conf).assert_ok();
+    let mac_after_first = fx.host_link(BRIDGE)["address"].clone();
+    fx.host.ip(&[
+        "neigh",
+        "replace",
+        "10.1.2.200",
+        "lladdr",
+        "02:00:00:00:00:c8",
+        "dev",
+        BRIDGE,
+        "nud",
+        "stale",
+    ]);
+    let neighbours = || fx.host.ip(&["neigh", "show", "dev", BRIDGE]);
+    assert!(neighbours().contains("10.1.2.200"), "{}", neighbours());
+    let pod2 = fx.new_pod("neigh-p2");
+    fx.run(fx.call_for("ADD", &conf, "dummy-2", &pod2, IFNAME))
+        .assert_ok();
+    assert!(
+        neighbours().contains("10.1.2.200"),
+        "the second ADD flushed the bridge's neighbours: {}",
+        neighbours()
+    );
+    assert_eq!(fx.host_link(BRIDGE)["address"], mac_after_first);
+    fx.run(fx.call_for("DEL", &conf, "dummy-2", &pod2, IFNAME))
+        .assert_ok();
+    fx.del(&conf).assert_ok();
+}

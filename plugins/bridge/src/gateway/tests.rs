@@ -172,10 +172,10 @@ fn ensure_address_on_a_real_bridge() {
             a
         };
 
-        ensure_address(&mut socket, &bridge, net(first), false).unwrap();
+        assert!(ensure_address(&mut socket, &bridge, net(first), false).unwrap());
         assert_eq!(global(&ns), vec![first.to_string()]);
         // Again: nothing to do.
-        ensure_address(&mut socket, &bridge, net(first), false).unwrap();
+        assert!(!ensure_address(&mut socket, &bridge, net(first), false).unwrap());
         assert_eq!(global(&ns), vec![first.to_string()]);
 
         let second_try = ensure_address(&mut socket, &bridge, net(second), false);
@@ -187,10 +187,11 @@ fn ensure_address_on_a_real_bridge() {
             );
             assert_eq!(global(&ns), vec![first.to_string()]);
         } else {
-            second_try.unwrap();
+            assert!(second_try.unwrap());
         }
 
-        ensure_address(&mut socket, &bridge, net(second), true).unwrap();
+        let forced = ensure_address(&mut socket, &bridge, net(second), true).unwrap();
+        assert_eq!(forced, conflicting, "added only where it was not there yet");
         let mut expected = if conflicting {
             vec![second.to_string()]
         } else {
