@@ -422,19 +422,26 @@ fn add_rule(batch: &mut Batch, rule: &RuleSpec, userdata: Option<Vec<u8>>) {
 #[derive(Debug)]
 pub struct NftMapper {
     socket: NfTablesSocket,
+    /// Whether a transaction of this socket deleted rules, whose freeing
+    /// its close would wait for.
+    deleted: bool,
 }
 
 impl NftMapper {
     pub fn open() -> Result<NftMapper, NftError> {
         Ok(NftMapper {
             socket: NfTablesSocket::open().map_err(NftError::Open)?,
+            deleted: false,
         })
     }
 
     /// Closes the socket without waiting for the kernel to free the rules
-    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]).
+    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]); one
+    /// that deleted nothing closes plainly, saving the fork.
     pub fn close_detached(self) {
-        self.socket.close_detached();
+        if self.deleted {
+            self.socket.close_detached();
+        }
     }
 
     /// Whether nf_tables answers here (asks for the ruleset generation,
@@ -566,7 +573,10 @@ impl NftMapper {
             for rule in self.list_rules()?.iter().filter(|r| doomed(r)) {
                 rule.delete(&mut batch);
             }
-            self.socket.commit(batch).map_err(NftError::Delete)
+            let deletes = !batch.is_empty();
+            self.socket.commit(batch).map_err(NftError::Delete)?;
+            self.deleted |= deletes;
+            Ok(())
         })
     }
 
