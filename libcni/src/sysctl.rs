@@ -8,8 +8,9 @@
 //! inside it: call these functions within [`crate::netns::NetNs::run`].
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::path::PathBuf;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 
@@ -62,11 +63,50 @@ pub fn get(path: &str) -> Result<String, SysctlError> {
 /// Sets `path` to `value` unless it already holds it (compared without
 /// surrounding whitespace). Returns whether it wrote: skipping needless
 /// writes avoids side effects some parameters have on every write.
+///
+/// One descriptor serves the read and the write: each open of a path under
+/// `/proc/sys/net` costs a lookup that grows with the number of network
+/// namespaces on the host (about 20 µs with 200 pods here).
 pub fn set(path: &str, value: &str) -> Result<bool, SysctlError> {
+    let full = full_path(path)?;
+    let mut file = match OpenOptions::new().read(true).write(true).open(&full) {
+        Ok(file) => file,
+        // A read-only parameter: read it, and fail only if it differs.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return set_by_path(path, &full, value)
+        }
+        Err(source) => {
+            return Err(SysctlError::Read {
+                path: path.to_string(),
+                source,
+            })
+        }
+    };
+    let mut current = String::new();
+    file.read_to_string(&mut current)
+        .map_err(|source| SysctlError::Read {
+            path: path.to_string(),
+            source,
+        })?;
+    if current.trim() == value.trim() {
+        return Ok(false);
+    }
+    // At offset 0: the read moved the file position, and a sysctl write
+    // at another offset is taken as the continuation of an earlier one.
+    file.write_at(value.as_bytes(), 0)
+        .map_err(|source| SysctlError::Write {
+            path: path.to_string(),
+            value: value.to_string(),
+            source,
+        })?;
+    Ok(true)
+}
+
+/// [`set`] with a read and a separate write-only open.
+fn set_by_path(path: &str, full: &Path, value: &str) -> Result<bool, SysctlError> {
     if get(path)? == value.trim() {
         return Ok(false);
     }
-    let full = full_path(path)?;
     let write_err = |source| SysctlError::Write {
         path: path.to_string(),
         value: value.to_string(),
@@ -74,7 +114,7 @@ pub fn set(path: &str, value: &str) -> Result<bool, SysctlError> {
     };
     let mut file = OpenOptions::new()
         .write(true)
-        .open(&full)
+        .open(full)
         .map_err(write_err)?;
     file.write_all(value.as_bytes()).map_err(write_err)?;
     Ok(true)
@@ -149,5 +189,36 @@ mod tests {
     fn missing_parameter_is_not_found() {
         let e = get("net/ipv4/conf/no-such-if-xyz/forwarding").unwrap_err();
         assert!(e.is_not_found(), "{e}");
+        let e = set("net/ipv4/conf/no-such-if-xyz/forwarding", "1").unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+    }
+
+    /// Read and write through one descriptor, in a namespace of the test:
+    /// the write lands (at offset 0, after the read), a second set of the
+    /// same value writes nothing, and values of other lengths replace the
+    /// old one whole.
+    #[test]
+    fn set_writes_only_what_differs() {
+        crate::netlink::test_support::in_private_netns(|| {
+            let key = "net/ipv4/conf/lo/arp_notify";
+            assert_eq!(get(key).unwrap(), "0");
+            assert!(set(key, "1").unwrap());
+            assert_eq!(get(key).unwrap(), "1");
+            assert!(!set(key, "1").unwrap());
+            let ttl = "net/ipv4/ip_default_ttl";
+            assert!(set(ttl, "100").unwrap());
+            assert_eq!(get(ttl).unwrap(), "100");
+            assert!(set(ttl, "9").unwrap());
+            assert_eq!(get(ttl).unwrap(), "9");
+        });
+    }
+
+    /// A read-only parameter holding the value is fine; one that differs
+    /// fails with a write error.
+    #[test]
+    fn a_read_only_parameter_is_only_read() {
+        assert!(!set("kernel/ostype", "Linux").unwrap());
+        let e = set("kernel/ostype", "Plan9").unwrap_err();
+        assert!(matches!(e, SysctlError::Write { .. }), "{e}");
     }
 }
