@@ -422,26 +422,19 @@ fn add_rule(batch: &mut Batch, rule: &RuleSpec, userdata: Option<Vec<u8>>) {
 #[derive(Debug)]
 pub struct NftMapper {
     socket: NfTablesSocket,
-    /// Whether a transaction of this socket deleted rules, whose freeing
-    /// its close would wait for.
-    deleted: bool,
 }
 
 impl NftMapper {
     pub fn open() -> Result<NftMapper, NftError> {
         Ok(NftMapper {
             socket: NfTablesSocket::open().map_err(NftError::Open)?,
-            deleted: false,
         })
     }
 
     /// Closes the socket without waiting for the kernel to free the rules
-    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]); one
-    /// that deleted nothing closes plainly, saving the fork.
+    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]).
     pub fn close_detached(self) {
-        if self.deleted {
-            self.socket.close_detached();
-        }
+        self.socket.close_detached();
     }
 
     /// Whether nf_tables answers here (asks for the ruleset generation,
@@ -573,10 +566,7 @@ impl NftMapper {
             for rule in self.list_rules()?.iter().filter(|r| doomed(r)) {
                 rule.delete(&mut batch);
             }
-            let deletes = !batch.is_empty();
-            self.socket.commit(batch).map_err(NftError::Delete)?;
-            self.deleted |= deletes;
-            Ok(())
+            self.socket.commit(batch).map_err(NftError::Delete)
         })
     }
 
