@@ -140,7 +140,10 @@ pub(crate) fn teardown(
         }
         socket.commit(batch)
     })?;
-    // The deleted rules are gone; only their freeing is left to wait for.
+    // Detached even when nothing was deleted here: the close of any
+    // nfnetlink socket that has sent something waits for nf_tables'
+    // pending frees, whoever left them (the iptables teardown of this DEL,
+    // a moment ago). Closing plainly here measured 14 ms more per DEL.
     socket.close_detached();
     Ok(())
 }
