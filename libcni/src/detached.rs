@@ -19,6 +19,10 @@
 
 use std::os::fd::RawFd;
 
+/// How many descriptors a detached child may keep; a call asking for more
+/// gets no child and does its work in the foreground.
+pub const MAX_KEPT: usize = 4;
+
 /// Which side of [`fork_keeping`] the caller is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -36,6 +40,10 @@ pub enum Side {
 /// must end with [`exit_child`]: no allocation, no locks, no Rust code that
 /// could unwind or run destructors.
 pub unsafe fn fork_keeping(keep: &[RawFd]) -> Option<Side> {
+    if keep.len() > MAX_KEPT {
+        log::debug!("cannot keep {} descriptors in a detached child", keep.len());
+        return None;
+    }
     // SAFETY: the caller upholds the child's restrictions.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -45,10 +53,9 @@ pub unsafe fn fork_keeping(keep: &[RawFd]) -> Option<Side> {
     if pid > 0 {
         return Some(Side::Parent);
     }
-    // At most a few descriptors are kept; a fixed array keeps the child
-    // free of allocation.
-    let mut sorted = [libc::c_uint::MAX; 4];
-    let kept = keep.len().min(sorted.len());
+    // A fixed array keeps the child free of allocation.
+    let mut sorted = [libc::c_uint::MAX; MAX_KEPT];
+    let kept = keep.len();
     for (slot, fd) in sorted.iter_mut().zip(keep) {
         *slot = libc::c_uint::try_from(*fd).unwrap_or(libc::c_uint::MAX);
     }
@@ -103,5 +110,13 @@ mod tests {
         let mut answer = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut answer).unwrap();
         assert_eq!(answer, b"n", "the child must close every other descriptor");
+    }
+
+    /// More descriptors than a child can keep: no fork at all, rather than
+    /// a child that silently lost some of them.
+    #[test]
+    fn too_many_kept_descriptors_means_no_child() {
+        // SAFETY: no child is made.
+        assert_eq!(unsafe { fork_keeping(&[0; MAX_KEPT + 1]) }, None);
     }
 }
