@@ -249,13 +249,9 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         );
         rows.extend(r);
     }
-    for (group, backend, key) in [
-        ("portmap-scale", None, "portmap_scale"),
-        (
-            "portmap-scale-nftables",
-            Some("nftables"),
-            "portmap_scale_nftables",
-        ),
+    for (group, backend) in [
+        ("portmap-scale", None),
+        ("portmap-scale-nftables", Some("nftables")),
     ] {
         if wants(group) {
             let (f, r) = bench::portmap_scale::measure(
@@ -266,7 +262,10 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
                 backend,
             )
             .map_err(|e| e.to_string())?;
-            raw.insert(key.into(), serde_json::to_value(f).unwrap_or_default());
+            raw.insert(
+                group.replace('-', "_"),
+                serde_json::to_value(f).unwrap_or_default(),
+            );
             rows.extend(r);
         }
     }
