@@ -6,15 +6,84 @@
 //! `/proc/sys/net` shows the network namespace of the thread that opens the
 //! file, so a value for a container's namespace must be read or written from
 //! inside it: call these functions within [`crate::netns::NetNs::run`].
+//!
+//! Files are opened through a private instance of procfs, mounted detached
+//! (no mount point, gone when the process exits), not through the host's
+//! `/proc`. Why: in one procfs instance, the `ipv4` and `ipv6` entries of
+//! every network namespace that has ever had a parameter looked up hang from
+//! one shared `net` dentry under one name, so they share one dcache hash
+//! chain, and each lookup compares itself against all of them. On a node
+//! with 400 pods, the first open in a new pod's namespace took 0.2-0.8 ms
+//! per family here and a later open in the host 30-75 µs; through a private
+//! instance the chain holds only this process's entries: mount about 20 µs,
+//! each open 3-15 µs. It also keeps our pods' entries out of the host's
+//! chain, so they do not slow down anyone else's lookups. When the private
+//! instance cannot be made (no mount rights in a user namespace, a seccomp
+//! or LSM policy, a kernel before 5.2), the host's `/proc/sys` is used.
 
-use std::fs::{self, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use rustix::fs::{Mode, OFlags, CWD};
+use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags};
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 
 pub const PROC_SYS: &str = "/proc/sys";
+
+/// The directory parameters are opened from.
+#[derive(Debug)]
+enum SysctlRoot {
+    /// The root of a private, detached procfs instance.
+    Private(OwnedFd),
+    /// The host's `/proc`.
+    HostProc,
+}
+
+impl SysctlRoot {
+    /// The process-wide root: made once, on first use.
+    fn shared() -> &'static SysctlRoot {
+        static ROOT: OnceLock<SysctlRoot> = OnceLock::new();
+        ROOT.get_or_init(|| match mount_private_proc() {
+            Ok(fd) => SysctlRoot::Private(fd),
+            Err(e) => {
+                log::debug!("private procfs unavailable ({e}); using {PROC_SYS}");
+                SysctlRoot::HostProc
+            }
+        })
+    }
+
+    /// Opens `sys/<path>` below the root; `path` is already validated.
+    fn open(&self, path: &str, flags: OFlags) -> io::Result<File> {
+        let flags = flags | OFlags::CLOEXEC;
+        let fd = match self {
+            SysctlRoot::Private(root) => {
+                rustix::fs::openat(root, format!("sys/{path}"), flags, Mode::empty())?
+            }
+            SysctlRoot::HostProc => {
+                rustix::fs::openat(CWD, format!("{PROC_SYS}/{path}"), flags, Mode::empty())?
+            }
+        };
+        Ok(File::from(fd))
+    }
+}
+
+/// A new procfs instance of this process's pid namespace, mounted nowhere.
+fn mount_private_proc() -> io::Result<OwnedFd> {
+    let context = rustix::mount::fsopen("proc", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    rustix::mount::fsconfig_create(&context)?;
+    let root = rustix::mount::fsmount(
+        &context,
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID
+            | MountAttrFlags::MOUNT_ATTR_NODEV
+            | MountAttrFlags::MOUNT_ATTR_NOEXEC,
+    )?;
+    Ok(root)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysctlError {
@@ -51,76 +120,68 @@ impl ToCniError for SysctlError {
 
 /// The current value, without the trailing newline.
 pub fn get(path: &str) -> Result<String, SysctlError> {
-    let full = full_path(path)?;
-    fs::read_to_string(&full)
-        .map(|value| value.trim().to_string())
-        .map_err(|source| SysctlError::Read {
-            path: path.to_string(),
-            source,
-        })
+    get_in(SysctlRoot::shared(), path)
 }
 
 /// Sets `path` to `value` unless it already holds it (compared without
 /// surrounding whitespace). Returns whether it wrote: skipping needless
 /// writes avoids side effects some parameters have on every write.
 ///
-/// One descriptor serves the read and the write: each open of a path under
-/// `/proc/sys/net` costs a lookup that grows with the number of network
-/// namespaces on the host (about 20 µs with 200 pods here).
+/// One descriptor serves the read and the write: each open costs a path
+/// lookup (see the module's notes).
 pub fn set(path: &str, value: &str) -> Result<bool, SysctlError> {
-    let full = full_path(path)?;
-    let mut file = match OpenOptions::new().read(true).write(true).open(&full) {
-        Ok(file) => file,
-        // A read-only parameter: read it, and fail only if it differs.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return set_by_path(path, &full, value)
-        }
-        Err(source) => {
-            return Err(SysctlError::Read {
-                path: path.to_string(),
-                source,
-            })
-        }
-    };
-    let mut current = String::new();
-    file.read_to_string(&mut current)
-        .map_err(|source| SysctlError::Read {
-            path: path.to_string(),
-            source,
-        })?;
-    if current.trim() == value.trim() {
-        return Ok(false);
-    }
-    // At offset 0: the read moved the file position, and a sysctl write
-    // at another offset is taken as the continuation of an earlier one.
-    file.write_at(value.as_bytes(), 0)
-        .map_err(|source| SysctlError::Write {
-            path: path.to_string(),
-            value: value.to_string(),
-            source,
-        })?;
-    Ok(true)
+    set_in(SysctlRoot::shared(), path, value)
 }
 
-/// [`set`] with a read and a separate write-only open.
-fn set_by_path(path: &str, full: &Path, value: &str) -> Result<bool, SysctlError> {
-    if get(path)? == value.trim() {
-        return Ok(false);
-    }
+fn get_in(root: &SysctlRoot, path: &str) -> Result<String, SysctlError> {
+    check_path(path)?;
+    let read_err = |source| SysctlError::Read {
+        path: path.to_string(),
+        source,
+    };
+    let mut file = root.open(path, OFlags::RDONLY).map_err(read_err)?;
+    let mut value = String::new();
+    file.read_to_string(&mut value).map_err(read_err)?;
+    Ok(value.trim().to_string())
+}
+
+fn set_in(root: &SysctlRoot, path: &str, value: &str) -> Result<bool, SysctlError> {
+    check_path(path)?;
+    let read_err = |source| SysctlError::Read {
+        path: path.to_string(),
+        source,
+    };
     let write_err = |source| SysctlError::Write {
         path: path.to_string(),
         value: value.to_string(),
         source,
     };
-    let mut file = OpenOptions::new()
-        .write(true)
-        .open(full)
-        .map_err(write_err)?;
-    file.write_all(value.as_bytes()).map_err(write_err)?;
+    let mut file = match root.open(path, OFlags::RDWR) {
+        Ok(file) => file,
+        // A read-only parameter: read it, and fail only if it differs.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            if get_in(root, path)? == value.trim() {
+                return Ok(false);
+            }
+            let mut file = root.open(path, OFlags::WRONLY).map_err(write_err)?;
+            file.write_all(value.as_bytes()).map_err(write_err)?;
+            return Ok(true);
+        }
+        Err(source) => return Err(read_err(source)),
+    };
+    let mut current = String::new();
+    file.read_to_string(&mut current).map_err(read_err)?;
+    if current.trim() == value.trim() {
+        return Ok(false);
+    }
+    // At offset 0: the read moved the file position, and a sysctl write
+    // at another offset is taken as the continuation of an earlier one.
+    file.write_at(value.as_bytes(), 0).map_err(write_err)?;
     Ok(true)
 }
 
-fn full_path(path: &str) -> Result<PathBuf, SysctlError> {
+/// Rejects paths that could leave the sysctl tree or name nothing.
+fn check_path(path: &str) -> Result<(), SysctlError> {
     let invalid = |reason| SysctlError::InvalidPath {
         path: path.to_string(),
         reason,
@@ -141,7 +202,7 @@ fn full_path(path: &str) -> Result<PathBuf, SysctlError> {
             _ => {}
         }
     }
-    Ok(PathBuf::from(PROC_SYS).join(path))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -172,10 +233,7 @@ mod tests {
     #[test]
     fn dots_inside_a_name_are_allowed() {
         // An interface may be called "a..b"; only whole components matter.
-        assert_eq!(
-            full_path("net/ipv4/conf/a..b/forwarding").unwrap(),
-            PathBuf::from("/proc/sys/net/ipv4/conf/a..b/forwarding")
-        );
+        assert!(check_path("net/ipv4/conf/a..b/forwarding").is_ok());
     }
 
     #[test]
@@ -220,5 +278,46 @@ mod tests {
         assert!(!set("kernel/ostype", "Linux").unwrap());
         let e = set("kernel/ostype", "Plan9").unwrap_err();
         assert!(matches!(e, SysctlError::Write { .. }), "{e}");
+    }
+
+    /// As root on Linux 5.2 or later the private procfs instance is made;
+    /// if this fails, every other test here ran against the fallback only.
+    #[test]
+    fn the_private_procfs_instance_is_used_as_root() {
+        if !nix::unistd::Uid::effective().is_root() {
+            return;
+        }
+        assert!(
+            matches!(SysctlRoot::shared(), SysctlRoot::Private(_)),
+            "{:?}",
+            SysctlRoot::shared()
+        );
+    }
+
+    /// The private instance shows the namespace of the thread that opens,
+    /// like the host's /proc: a value written through one is read back
+    /// through the other, in a namespace of the test, and the host's value
+    /// of the same parameter is untouched.
+    #[test]
+    fn the_private_instance_and_host_proc_see_the_same_namespace() {
+        if !nix::unistd::Uid::effective().is_root() {
+            return;
+        }
+        let private = SysctlRoot::Private(mount_private_proc().unwrap());
+        let host = SysctlRoot::HostProc;
+        let key = "net/ipv4/ip_default_ttl";
+        let outside = get_in(&host, key).unwrap();
+        assert_eq!(get_in(&private, key).unwrap(), outside);
+        crate::netlink::test_support::in_private_netns(|| {
+            assert!(set_in(&private, key, "77").unwrap());
+            assert_eq!(get_in(&host, key).unwrap(), "77");
+            assert!(!set_in(&host, key, "77").unwrap());
+            assert!(set_in(&host, key, "78").unwrap());
+            assert_eq!(get_in(&private, key).unwrap(), "78");
+            let e = get_in(&private, "net/ipv4/conf/no-such-if-xyz/forwarding").unwrap_err();
+            assert!(e.is_not_found(), "{e}");
+        });
+        assert_eq!(get_in(&host, key).unwrap(), outside);
+        assert_eq!(get_in(&private, key).unwrap(), outside);
     }
 }
