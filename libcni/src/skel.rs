@@ -274,6 +274,9 @@ pub(crate) fn run_dispatch<P: Plugin + ?Sized>(
             format!("plugin panicked: {}", panic_text(payload.as_ref())),
         ))
     });
+    // Sockets whose close would wait for other processes' kernel work are
+    // closed by a detached child, not by this call or its exit.
+    crate::detached::release_parked();
     match outcome {
         Ok(Reply::Nothing) => 0,
         Ok(Reply::Json(bytes)) => match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {

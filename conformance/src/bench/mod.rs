@@ -27,8 +27,10 @@ const SETTLE: Duration = Duration::from_millis(20);
 pub fn settle() {
     if let Ok(mut socket) = libcni::nftables::NfTablesSocket::open() {
         // A socket that has sent something is bound, and only a bound
-        // socket's close flushes the deferred work.
+        // socket's close flushes the deferred work; a plain drop would
+        // park it instead.
         let _ = socket.probe();
+        socket.close_now();
     }
     std::thread::sleep(SETTLE);
 }

@@ -27,6 +27,10 @@ impl NetlinkFamily for Nfnetlink {
     /// bounded wait turns an answer that never comes into an error instead
     /// of a hung runtime call.
     const RECEIVE_TIMEOUT: Option<Duration> = Some(Duration::from_secs(30));
+    /// Any close of a bound nfnetlink socket first finishes the nf_tables
+    /// frees pending in its namespace (10-35 ms after another process's
+    /// deletion here).
+    const CLOSE_MAY_WAIT: bool = true;
     type Request = NetfilterMessage;
     type Reply = NfReply;
 }

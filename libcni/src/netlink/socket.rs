@@ -64,6 +64,10 @@ pub trait NetlinkFamily {
     const STRICT_CHECKING: bool = false;
     /// `SO_RCVTIMEO`; `None` waits as long as the kernel takes.
     const RECEIVE_TIMEOUT: Option<Duration> = None;
+    /// Whether closing a socket of this family can wait for kernel work
+    /// other processes left: such sockets are parked when dropped (see
+    /// [`detached::park`]).
+    const CLOSE_MAY_WAIT: bool = false;
     type Request: NetlinkSerializable + fmt::Debug;
     type Reply: NetlinkDeserializable + fmt::Debug;
 }
@@ -148,9 +152,19 @@ pub struct NetlinkSocket<P: NetlinkFamily> {
     socket: Socket,
     sequence: u32,
     recv_buffer: Vec<u8>,
+    /// Whether the drop parks the socket (see [`NetlinkFamily::CLOSE_MAY_WAIT`]).
+    park_on_drop: bool,
     /// `fn() -> P`: the socket holds no `P`, so it is `Send` whatever `P`
     /// is.
     family: PhantomData<fn() -> P>,
+}
+
+impl<P: NetlinkFamily> Drop for NetlinkSocket<P> {
+    fn drop(&mut self) {
+        if self.park_on_drop {
+            detached::park(&self.socket);
+        }
+    }
 }
 
 impl<P: NetlinkFamily> std::os::fd::AsRawFd for NetlinkSocket<P> {
@@ -190,8 +204,15 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             socket,
             sequence: 0,
             recv_buffer: Vec::with_capacity(INITIAL_RECV_BUFFER),
+            park_on_drop: P::CLOSE_MAY_WAIT,
             family: PhantomData,
         })
+    }
+
+    /// Closes the socket here and now, waiting for whatever its release
+    /// waits for, instead of parking it.
+    pub fn close_now(mut self) {
+        self.park_on_drop = false;
     }
 
     /// A socket bound to `netns`, usable afterwards from any thread.

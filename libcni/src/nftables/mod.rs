@@ -15,16 +15,19 @@
 //! (its [`ListedRule::expressions`] is `None`), and no kernel reply can make
 //! this module panic.
 //!
-//! What a batch costs: when the socket that committed it closes, the kernel
-//! waits for the transaction's discarded objects to be freed after an RCU
-//! grace period (the `NETLINK_URELEASE` notifier flushes nf_tables' destroy
-//! work). Deleting a rule, flushing a chain that has rules, or sending
+//! What a batch costs: when an nfnetlink socket closes, the kernel first
+//! waits for every discarded nf_tables object of its namespace to be freed
+//! after an RCU grace period (the `NETLINK_URELEASE` notifier flushes the
+//! namespace's destroy work), whichever process's transaction discarded
+//! them. Deleting a rule, flushing a chain that has rules, or sending
 //! `add chain` for an existing chain (an update) leave such objects, and
-//! the wait (about 4-10 ms on the test VM) is then most of a plugin call's
-//! time. Creating tables, chains and rules leaves none, and neither does
-//! `add table` for an existing table. So callers look first
+//! the wait (about 4-16 ms on the test VM) would then be most of a plugin
+//! call's time. So a dropped socket is parked and the plugin call ends
+//! with one detached child closing every parked socket
+//! ([`crate::detached`]). Callers still look first
 //! ([`NfTablesSocket::get_chain`], [`NfTablesSocket::list_rules`]) and
-//! leave out what is already in place.
+//! leave out what is already in place: fewer discarded objects, less for
+//! the kernel to free.
 //!
 //! Everything works in the network namespace of the calling thread: the
 //! socket is bound to the namespace it was created in.
@@ -45,7 +48,6 @@ use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
 use nix::errno::Errno;
 
-use crate::detached::{self, Side};
 use crate::netlink::attributes::{self, attributes, be_u32, be_u64};
 use crate::netlink::{BatchMessage, NetlinkError, NfnlSocket};
 
@@ -293,47 +295,12 @@ impl NfTablesSocket {
         Ok(self.socket.transaction(messages)?)
     }
 
-    /// Closes the socket without making the caller wait for the kernel to
-    /// free what its transactions deleted.
-    ///
-    /// Deleted rules and chains are freed after an RCU grace period, and
-    /// the close of the socket that deleted them waits for that (10-16 ms
-    /// here; see the module docs): all of a DEL's remaining time once its
-    /// commit is done. The rules are gone from the ruleset at commit; only
-    /// the freeing is left. So a forked child takes the last reference to
-    /// the socket, closes every other descriptor at once (the runtime's
-    /// pipes, the plugin's lock), then closes the socket and exits; the
-    /// caller returns at once. Where fork fails, this is a plain close.
-    pub fn close_detached(self) {
-        use std::os::fd::AsRawFd;
-        let socket_fd = self.socket.as_raw_fd();
-        // The child must hold the last reference: it waits on this pipe
-        // until the parent has closed its copy of the socket.
-        let mut pipe_fds = [0; 2];
-        // SAFETY: pipe2 fills two descriptors into the array on success.
-        if unsafe { libc::pipe2(pipe_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return;
-        }
-        let [read_end, write_end] = pipe_fds;
-        // SAFETY: the child makes only read and close calls before its
-        // exit.
-        if let Some(Side::Child) = unsafe { detached::fork_keeping(&[socket_fd, read_end]) } {
-            let mut byte = 0u8;
-            // Returns at EOF: the parent has closed its socket copy.
-            // SAFETY: plain syscalls on descriptors the child kept.
-            unsafe {
-                while libc::read(read_end, (&mut byte as *mut u8).cast(), 1) < 0 {}
-                libc::close(socket_fd);
-            }
-            detached::exit_child();
-        }
-        // With the child holding the socket, this close releases nothing.
-        drop(self);
-        // SAFETY: both are descriptors this function opened and owns.
-        unsafe {
-            libc::close(read_end);
-            libc::close(write_end);
-        }
+    /// Closes the socket here and now, waiting for the frees pending in its
+    /// namespace. A plain drop parks the socket instead (see
+    /// [`crate::detached::park`]): for callers that want the kernel settled
+    /// when they go on, such as a benchmark between two measurements.
+    pub fn close_now(self) {
+        self.socket.close_now();
     }
 
     /// The rules of `table` in `family`, of one chain or of all, in order.

@@ -488,10 +488,10 @@ fn chain_hooks_are_read_from_listings() {
     assert_eq!(chain_hook(&[0xff]), None);
 }
 
-/// A detached close leaves the ruleset as committed, and the socket's
-/// namespace keeps working for the next caller.
+/// A parked socket released by a detached child leaves the ruleset as
+/// committed, and the socket's namespace keeps working for the next caller.
 #[test]
-fn detached_close_keeps_what_was_committed() {
+fn detached_release_keeps_what_was_committed() {
     in_private_netns(|| {
         let mut socket = NfTablesSocket::open().unwrap();
         let mut batch = Batch::new();
@@ -503,7 +503,8 @@ fn detached_close_keeps_what_was_committed() {
         batch.flush_chain(Family::Ip, "t", "c");
         batch.delete_chain(Family::Ip, "t", "c");
         socket.commit(batch).unwrap();
-        socket.close_detached();
+        drop(socket);
+        crate::detached::release_parked();
         let mut socket = NfTablesSocket::open().unwrap();
         assert!(socket.get_chain(Family::Ip, "t", "c").unwrap().is_none());
         assert!(socket.list_rules(Family::Ip, "t", None).unwrap().is_empty());

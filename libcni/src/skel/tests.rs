@@ -1113,3 +1113,51 @@ fn garbage_input_always_gets_a_spec_answer() {
         "both outcomes exercised: {exit_codes:?}"
     );
 }
+
+/// A plugin whose DEL leaves a parked socket behind, as the nfnetlink users
+/// do when their socket drops.
+struct ParksASocket {
+    target: std::sync::Mutex<Option<String>>,
+}
+
+impl Plugin for ParksASocket {
+    type Error = CniError;
+
+    fn about(&self) -> String {
+        String::new()
+    }
+
+    fn add(&self, _args: &CmdArgs) -> Result<AnyResult, CniError> {
+        Ok(AnyResult::V1(v100::Result::new()))
+    }
+
+    fn del(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0")
+            .map_err(|e| CniError::new(crate::error::ErrorCode::Internal, e.to_string()))?;
+        let link = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&socket)
+        ))
+        .map_err(|e| CniError::new(crate::error::ErrorCode::Internal, e.to_string()))?;
+        *self.target.lock().unwrap() = Some(link.display().to_string());
+        crate::detached::park(&socket);
+        Ok(())
+    }
+}
+
+/// The call ends by handing parked sockets to a detached child: none is
+/// left open in the plugin's process when the dispatcher returns.
+#[test]
+fn the_call_releases_the_sockets_it_parked() {
+    let plugin = ParksASocket {
+        target: std::sync::Mutex::new(None),
+    };
+    let r = run(&plugin, &full_env("DEL"), &conf("1.0.0"));
+    r.assert_silent_success();
+    let target = plugin.target.lock().unwrap().clone().expect("DEL ran");
+    let still_open = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|l| l.display().to_string() == target);
+    assert!(!still_open, "{target} is still open in the plugin process");
+}

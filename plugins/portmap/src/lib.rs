@@ -188,15 +188,11 @@ impl Mapper {
         Ok(())
     }
 
-    /// DEL's removal, ending the mapper: the nftables socket closes
-    /// detached, as the iptables writer's does.
+    /// DEL's removal, ending the mapper.
     fn unforward(self, network: &str, container_id: &str) -> Result<(), PortmapError> {
         match self {
             Mapper::Iptables(mut m) => m.unforward(network, container_id)?,
-            Mapper::Nftables(mut m) => {
-                m.unforward(network, container_id)?;
-                m.close_detached();
-            }
+            Mapper::Nftables(mut m) => m.unforward(network, container_id)?,
         }
         Ok(())
     }
@@ -217,10 +213,7 @@ impl Mapper {
     fn gc(self, network: &str, valid: &BTreeSet<String>) -> Result<(), PortmapError> {
         match self {
             Mapper::Iptables(mut m) => m.gc(network, valid)?,
-            Mapper::Nftables(mut m) => {
-                m.gc(network, valid)?;
-                m.close_detached();
-            }
+            Mapper::Nftables(mut m) => m.gc(network, valid)?,
         }
         Ok(())
     }

@@ -143,13 +143,7 @@ impl Tools {
         if self.writer == Writer::Netlink {
             if let Some(batch) = nft::batch(changes, table, self.is_v4()) {
                 log::debug!("{} nat: {} changes over netlink", self.save, changes.len());
-                let frees = changes.iter().any(|c| {
-                    matches!(
-                        c,
-                        Change::Delete(_) | Change::Flush(_) | Change::DeleteChain(_)
-                    )
-                });
-                return nft::commit(batch, frees);
+                return nft::commit(batch);
             }
             log::debug!("a rule iptables-nft would refuse: running the programs");
         }

@@ -140,11 +140,6 @@ pub(crate) fn teardown(
         }
         socket.commit(batch)
     })?;
-    // Detached even when nothing was deleted here: the close of any
-    // nfnetlink socket that has sent something waits for nf_tables'
-    // pending frees, whoever left them (the iptables teardown of this DEL,
-    // a moment ago). Closing plainly here measured 14 ms more per DEL.
-    socket.close_detached();
     Ok(())
 }
 
@@ -168,7 +163,6 @@ pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), NfTablesEr
         }
         socket.commit(batch)
     })?;
-    socket.close_detached();
     Ok(())
 }
 

@@ -213,8 +213,9 @@ impl IptablesMapper {
 
     fn remove_chains_everywhere(&mut self, chains: &[&str]) -> Result<(), IptablesError> {
         let mut failures = Vec::new();
+        // One socket for both families: its drop parks it for the
+        // detached release that ends the call (libcni::detached).
         let mut socket = None;
-        let mut deleted = false;
         for family in Family::ALL {
             if self.netlink[index(family)] {
                 let removal = match socket.take() {
@@ -227,12 +228,8 @@ impl IptablesMapper {
                     removal
                 });
                 match removal {
-                    Ok(removal) if removal.handled => {
-                        deleted |= removal.deleted;
-                        continue;
-                    }
-                    Ok(removal) => {
-                        deleted |= removal.deleted;
+                    Ok(true) => continue,
+                    Ok(false) => {
                         log::debug!("{family}: jumps outside the layout, using the programs")
                     }
                     Err(e) => {
@@ -254,9 +251,6 @@ impl IptablesMapper {
                 log::debug!("{family} iptables-restore input:\n{input}");
                 Tools::of(family).restore(&input)?;
             }
-        }
-        if let Some(socket) = socket {
-            nft::finish(socket, deleted);
         }
         neither_usable(failures)
     }

@@ -279,26 +279,17 @@ pub(crate) fn forward(
     Ok(true)
 }
 
-/// What a DEL did in one family.
-pub(crate) struct Removal {
-    /// `false` when something jumps to the chains from elsewhere than
-    /// CNI-HOSTPORT-DNAT: the caller runs the programs, which find it.
-    pub(crate) handled: bool,
-    /// Whether rules or chains were deleted (see [`finish`]).
-    pub(crate) deleted: bool,
-}
-
 /// DEL of `chains` (and every jump to them) in one family in-process, on
-/// `socket`, which the caller shares between the families and hands to
-/// [`finish`] at the end.
+/// `socket`, which the caller shares between the families. `Ok(false)`
+/// when something jumps to the chains from elsewhere than
+/// CNI-HOSTPORT-DNAT: the caller runs the programs, which find it.
 pub(crate) fn remove_chains(
     socket: &mut NfTablesSocket,
     chains: &[&str],
     family: Family,
-) -> Result<Removal, IptablesError> {
+) -> Result<bool, IptablesError> {
     let nft = nft_family(family);
     let mut handled = true;
-    let mut deleted = false;
     retry_if_vanished(IptablesError::nftables_errno, || {
         let mut batch = Batch::new();
         let mut top_rules: Option<Vec<ListedRule>> = None;
@@ -329,22 +320,10 @@ pub(crate) fn remove_chains(
             batch.flush_chain(nft, NAT_TABLE, chain);
             batch.delete_chain(nft, NAT_TABLE, chain);
         }
-        deleted = !batch.is_empty();
         socket.commit(batch)?;
         Ok(())
     })?;
-    Ok(Removal { handled, deleted })
-}
-
-/// Closes the socket of a DEL. After deletions it is closed detached: the
-/// rules are gone, and freeing them is left to the kernel without holding
-/// up the DEL (most of its time otherwise). Every nfnetlink socket's close
-/// waits for that freeing, whoever deleted, which is why a DEL uses one
-/// socket for both families and closes it last.
-pub(crate) fn finish(socket: NfTablesSocket, deleted: bool) {
-    if deleted {
-        socket.close_detached();
-    }
+    Ok(handled)
 }
 
 /// Whether nf_tables answers here.

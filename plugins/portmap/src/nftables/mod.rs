@@ -431,14 +431,6 @@ impl NftMapper {
         })
     }
 
-    /// Closes the socket without waiting for the kernel to free the rules
-    /// a DEL or GC deleted (see [`NfTablesSocket::close_detached`]). Also
-    /// when this socket deleted nothing: the close of any nfnetlink socket
-    /// that has sent something waits for every pending free, whoever's.
-    pub fn close_detached(self) {
-        self.socket.close_detached();
-    }
-
     /// Whether nf_tables answers here (asks for the ruleset generation,
     /// which lists nothing).
     pub fn probe(&mut self) -> Result<(), NftError> {

@@ -240,16 +240,11 @@ pub(crate) fn batch(changes: &[Change], table: &NatTable, v4: bool) -> Option<Ba
     Some(batch)
 }
 
-/// Commits `batch` in the calling thread's network namespace. A batch
-/// that `frees` rules or chains closes its socket detached: the close
-/// would otherwise wait for the kernel to free them (an RCU grace period,
-/// most of a DEL's remaining time), and they are gone at commit.
-pub(crate) fn commit(batch: Batch, frees: bool) -> Result<(), IpMasqError> {
-    let mut socket = NfTablesSocket::open()?;
-    socket.commit(batch)?;
-    if frees {
-        socket.close_detached();
-    }
+/// Commits `batch` in the calling thread's network namespace. The
+/// socket's drop parks it: its close is left to the detached child that
+/// ends the plugin call (see `libcni::detached`).
+pub(crate) fn commit(batch: Batch) -> Result<(), IpMasqError> {
+    NfTablesSocket::open()?.commit(batch)?;
     Ok(())
 }
 
