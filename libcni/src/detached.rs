@@ -43,7 +43,7 @@ static PARKED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
 /// Keeps a duplicate of `socket` open until [`release_parked`], so that the
 /// caller's close of the original releases nothing. When the duplicate
 /// cannot be made, nothing is kept: the caller's close is then a plain one.
-/// A full set is released first.
+/// A set that this fills is released at once.
 pub fn park(socket: &impl AsFd) {
     let duplicate = match socket.as_fd().try_clone_to_owned() {
         Ok(fd) => fd,
@@ -62,14 +62,10 @@ pub fn park(socket: &impl AsFd) {
     }
 }
 
-/// How many sockets are parked now.
-pub fn parked_count() -> usize {
-    PARKED.lock().map(|p| p.len()).unwrap_or(0)
-}
-
 /// Hands every parked socket to one detached child, which closes them once
 /// this process has closed its copies, so that whatever their release
-/// waits for, this process does not. Where fork fails, they close here.
+/// waits for, this process does not. Where no child can be made, they
+/// close here.
 pub fn release_parked() {
     let sockets = std::mem::take(&mut *PARKED.lock().unwrap_or_else(|poison| poison.into_inner()));
     if sockets.is_empty() {
@@ -78,21 +74,14 @@ pub fn release_parked() {
     let Ok((read_end, write_end)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
         return;
     };
-    let mut keep = [0 as RawFd; MAX_KEPT];
-    let mut kept = 0;
-    for fd in sockets
+    let keep: Vec<RawFd> = sockets
         .iter()
         .map(AsRawFd::as_raw_fd)
         .chain([read_end.as_raw_fd()])
-    {
-        if let Some(slot) = keep.get_mut(kept) {
-            *slot = fd;
-            kept += 1;
-        }
-    }
+        .collect();
     let pipe_fd = read_end.as_raw_fd();
     // SAFETY: the child makes only read calls before its exit.
-    if let Some(Side::Child) = unsafe { fork_keeping(&keep[..kept]) } {
+    if let Some(Side::Child) = unsafe { fork_keeping(&keep) } {
         let mut byte = 0u8;
         // Returns at EOF: the parent has closed its copies. The exit then
         // closes the sockets, and waits for what they wait for.
