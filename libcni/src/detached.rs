@@ -85,8 +85,11 @@ pub fn release_parked() {
         let mut byte = 0u8;
         // Returns at EOF: the parent has closed its copies. The exit then
         // closes the sockets, and waits for what they wait for.
-        // SAFETY: a plain syscall on a kept descriptor.
-        while unsafe { libc::read(pipe_fd, (&mut byte as *mut u8).cast(), 1) } < 0 {}
+        // SAFETY: plain syscalls on a kept descriptor, and the thread's
+        // errno.
+        while unsafe { libc::read(pipe_fd, (&mut byte as *mut u8).cast(), 1) } < 0
+            && unsafe { *libc::__errno_location() } == libc::EINTR
+        {}
         exit_child();
     }
     // With the child holding them, these closes release nothing.
