@@ -1,8 +1,13 @@
 //! Pod ADD and DEL through the same runtime (our libcni) for our plugins
-//! and the reference plugins, side by side, inside a fake host namespace.
+//! and the reference plugins, side by side, the sides alternating pod by
+//! pod.
 //!
-//! Each side gets its own network (bridge name, subnet, lease folder), so
-//! the two never share state, and the sides alternate pod by pod.
+//! Each side gets its own fake host namespace as well as its own network
+//! (bridge name, subnet, lease folder), as on a node that runs one suite:
+//! in a shared namespace each side's ADD also paid for the other side's
+//! pods (nf_tables validates the whole `nat` table at every commit, the
+//! reference's iptables lists it), and the settle step before each call
+//! flushes only its own namespace's deferred nf_tables frees.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -174,7 +179,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     summarize(&d).median_ms
 }
 
-/// Runs everything inside a fresh fake host namespace.
+/// Runs each side inside a fresh fake host namespace of its own.
 pub fn measure(
     ours_dir: &Path,
     reference_dir: &Path,
@@ -182,64 +187,66 @@ pub fn measure(
     growth_pods: usize,
     portmap: bool,
 ) -> Result<(ChainFigures, Vec<Row>), ChainError> {
-    let host = TestNetns::new("bench-host");
-    let host_ns = NetNs::open(host.path())?;
+    let hosts = [
+        TestNetns::new("bench-host-o"),
+        TestNetns::new("bench-host-r"),
+    ];
+    let host_nss = [NetNs::open(hosts[0].path())?, NetNs::open(hosts[1].path())?];
     let work = tempfile_dir()?;
-    let ours_dir = ours_dir.to_path_buf();
-    let reference_dir = reference_dir.to_path_buf();
-    let work_path = work.clone();
-    // Plugins are children of this thread, so they start in its netns.
-    let figs = host_ns.run(move || -> Result<ChainFigures, ChainError> {
-        let nets = [
-            Network::new(Side::Ours, &ours_dir, &work_path, portmap)?,
-            Network::new(Side::Reference, &reference_dir, &work_path, portmap)?,
-        ];
-        let mut figs = ChainFigures {
-            portmap,
-            ..ChainFigures::default()
-        };
-        // Warm-up: the first ADD creates the bridge and shared rules.
-        for net in &nets {
-            let pod = TestNetns::new("bench-warm");
-            let rt = net.runtime_conf(&pod, 0, portmap);
-            net.add(&rt)?;
-            net.del(&rt)?;
+    let nets = [
+        Network::new(Side::Ours, ours_dir, &work, portmap)?,
+        Network::new(Side::Reference, reference_dir, &work, portmap)?,
+    ];
+    // Plugins are children of the thread that runs them, so each side's
+    // calls run on a thread inside its host namespace (the timing starts
+    // inside it).
+    let in_host = |i: usize, f: &(dyn Fn(&Network) -> Result<Duration, ChainError> + Sync)| {
+        host_nss[i].run(|| f(&nets[i]))?
+    };
+    let mut figs = ChainFigures {
+        portmap,
+        ..ChainFigures::default()
+    };
+    // Warm-up: the first ADD creates the bridge and shared rules.
+    for (i, net) in nets.iter().enumerate() {
+        let pod = TestNetns::new("bench-warm");
+        let rt = net.runtime_conf(&pod, 0, portmap);
+        in_host(i, &|net| net.add(&rt))?;
+        in_host(i, &|net| net.del(&rt))?;
+    }
+    for round in 0..rounds {
+        for k in 0..2 {
+            // Alternate which side goes first.
+            let i = (round + k) % 2;
+            let pod = TestNetns::new("bench-pod");
+            let rt = nets[i].runtime_conf(&pod, round + 1, portmap);
+            figs.one_pod_add_ms[i].push(ms(in_host(i, &|net| net.add(&rt))?));
+            figs.one_pod_del_ms[i].push(ms(in_host(i, &|net| net.del(&rt))?));
         }
-        for round in 0..rounds {
+    }
+    if growth_pods > 0 {
+        let mut pods: [Vec<(TestNetns, RuntimeConf)>; 2] = [Vec::new(), Vec::new()];
+        for n in 0..growth_pods {
             for k in 0..2 {
-                // Alternate which side goes first.
-                let i = (round + k) % 2;
-                let pod = TestNetns::new("bench-pod");
-                let rt = nets[i].runtime_conf(&pod, round + 1, portmap);
-                figs.one_pod_add_ms[i].push(ms(nets[i].add(&rt)?));
-                figs.one_pod_del_ms[i].push(ms(nets[i].del(&rt)?));
+                let i = (n + k) % 2;
+                let pod = TestNetns::new("bench-gp");
+                let rt = nets[i].runtime_conf(&pod, 1000 + n, portmap);
+                figs.growth_add_ms[i].push(ms(in_host(i, &|net| net.add(&rt))?));
+                pods[i].push((pod, rt));
             }
         }
-        if growth_pods > 0 {
-            let mut pods: [Vec<(TestNetns, RuntimeConf)>; 2] = [Vec::new(), Vec::new()];
-            for n in 0..growth_pods {
-                for k in 0..2 {
-                    let i = (n + k) % 2;
-                    let pod = TestNetns::new("bench-gp");
-                    let rt = nets[i].runtime_conf(&pod, 1000 + n, portmap);
-                    figs.growth_add_ms[i].push(ms(nets[i].add(&rt)?));
-                    pods[i].push((pod, rt));
-                }
-            }
-            let [ours_pods, ref_pods] = &pods;
-            for (n, pair) in ours_pods.iter().zip(ref_pods.iter()).enumerate() {
-                let both = [pair.0, pair.1];
-                for k in 0..2 {
-                    let i = (n + k) % 2;
-                    let (_, rt) = both[i];
-                    figs.growth_del_ms[i].push(ms(nets[i].del(rt)?));
-                }
+        let [ours_pods, ref_pods] = &pods;
+        for (n, pair) in ours_pods.iter().zip(ref_pods.iter()).enumerate() {
+            let both = [pair.0, pair.1];
+            for k in 0..2 {
+                let i = (n + k) % 2;
+                let (_, rt) = both[i];
+                figs.growth_del_ms[i].push(ms(in_host(i, &|net| net.del(rt))?));
             }
         }
-        Ok(figs)
-    })??;
+    }
     let _ = std::fs::remove_dir_all(&work);
-    drop(host);
+    drop(hosts);
 
     let what = if portmap {
         "bridge+host-local+portmap"
