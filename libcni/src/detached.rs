@@ -43,7 +43,10 @@ static PARKED: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
 /// Keeps a duplicate of `socket` open until [`release_parked`], so that the
 /// caller's close of the original releases nothing. When the duplicate
 /// cannot be made, nothing is kept: the caller's close is then a plain one.
-/// A set that this fills is released at once.
+/// A set that this fills is released at once. The plugin skeleton releases
+/// the rest at the end of each call; a long-running user of this library
+/// that never calls [`release_parked`] keeps at most [`MAX_PARKED`] - 1
+/// sockets open until the next park fills the set.
 pub fn park(socket: &impl AsFd) {
     let duplicate = match socket.as_fd().try_clone_to_owned() {
         Ok(fd) => fd,
