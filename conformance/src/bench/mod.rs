@@ -19,11 +19,14 @@ const SETTLE: Duration = Duration::from_millis(20);
 /// before the next call is timed, so that neither side's figures include
 /// the other side's after-effects. nf_tables frees a transaction's deleted
 /// rules and chains after an RCU grace period, and the next nfnetlink
-/// socket to close, any program's in any namespace, waits for that work
-/// (measured: our portmap ADD took 2.5 ms or 7-9 ms depending on whether
-/// the reference's DEL had just run). Closing a socket here does that wait
-/// outside the timing; the pause lets RCU callbacks queued by link
-/// deletions drain, which the next link deletion would otherwise wait for.
+/// socket to close in the same network namespace, any program's, waits
+/// for that work (measured: our portmap ADD took 2.5 ms or 7-9 ms
+/// depending on whether the reference's DEL had just run). Closing a
+/// socket here does that wait outside the timing, for the calling thread's
+/// namespace only (the kernel keeps the work per namespace since about
+/// 6.10): call this on the thread that starts the timed plugin. The pause
+/// lets RCU callbacks queued by link deletions drain, which the next link
+/// deletion would otherwise wait for.
 pub fn settle() {
     if let Ok(mut socket) = libcni::nftables::NfTablesSocket::open() {
         // A socket that has sent something is bound, and only a bound

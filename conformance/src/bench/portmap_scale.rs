@@ -193,12 +193,14 @@ impl SideHost {
         env.insert("CNI_PATH", self.plugin_dir.clone());
         let stdin = self.config(att);
         let plugin = &self.plugin;
-        super::settle();
         // The plugin is a child of a thread inside the host namespace, so
-        // it starts there, as a runtime on that host would start it.
+        // it starts there, as a runtime on that host would start it. The
+        // settle step runs there too: nf_tables keeps its deferred frees
+        // per namespace.
         let (took, out) = self
             .host_ns
             .run(|| {
+                super::settle();
                 let start = Instant::now();
                 let mut child = Command::new(plugin)
                     .env_clear()
