@@ -79,8 +79,9 @@ struct SuiteArgs {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// Directory holding our plugin binaries.
-    #[arg(long, default_value = "target/release")]
+    /// Directory holding our plugin binaries: by default the build users
+    /// install (`cargo plugins`).
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release")]
     ours: PathBuf,
     /// Directory holding the reference plugin binaries.
     #[arg(long, default_value = "/usr/lib/cni")]

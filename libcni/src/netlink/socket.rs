@@ -191,7 +191,9 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
                 .map_err(socket_error("NETLINK_GET_STRICT_CHK"))?;
         }
         if let Some(timeout) = P::RECEIVE_TIMEOUT {
-            let seconds = timeout.as_secs().try_into().unwrap_or(libc::time_t::MAX);
+            // time_t by inference: the libc crate deprecates naming it on
+            // musl, where its width is changing. Far beyond any timeout.
+            let seconds = timeout.as_secs().try_into().unwrap_or(i32::MAX.into());
             let timeout = TimeVal::new(seconds, 0);
             setsockopt(&socket, sockopt::ReceiveTimeout, &timeout)
                 .map_err(|e| socket_error("SO_RCVTIMEO")(e.into()))?;

@@ -366,10 +366,20 @@ impl<'a, E: Exec> Attach<'a, E> {
     fn attach_host_end(&mut self, veth: &Veth) -> Result<(), BridgeError> {
         let name = &veth.host.name;
         let bridge = &self.bridge.link.name;
-        // Routes on the host veth are the plugin's; best effort as in the
-        // reference.
-        if let Err(e) = sysctl::set(&format!("net/ipv6/conf/{name}/accept_ra"), "0") {
-            log::debug!("{e}");
+        // A bridge port forwards IPv6 at layer 2 whatever its own IPv6
+        // state, so the host end needs no link-local address, prefix and
+        // multicast routes, DAD or router solicitations. Each of those
+        // costs grows with the ports already there: the kernel inserts the
+        // port's fe80::/64 and ff00::/8 routes into lists that hold one
+        // route per port, and walks every IPv6 route of the host at each
+        // up or carrier change of a port that has IPv6, under the RTNL
+        // lock that the next pod's ADD waits for. Disabled before the port
+        // is up, none of it happens. Best effort, like the accept_ra write
+        // the reference makes (kept for the same observable sysctl).
+        for (param, value) in [("disable_ipv6", "1"), ("accept_ra", "0")] {
+            if let Err(e) = sysctl::set(&format!("net/ipv6/conf/{name}/{param}"), value) {
+                log::debug!("{e}");
+            }
         }
         self.host
             .set_master(veth.host.index, Some(self.bridge.link.index))

@@ -386,6 +386,43 @@ fn hairpin_mode_flag() {
     }
 }
 
+/// The host end is a bridge port: IPv6 is off on it (no link-local
+/// address, routes or DAD of its own, which cost the host more with every
+/// port), and the pod's IPv6 still crosses it to the bridge.
+#[test]
+fn host_veth_has_no_ipv6_of_its_own() {
+    let fx = Fixture::new("v6port");
+    let c = conf(
+        "1.0.0",
+        json!({"isGateway": true, "ipam": fx.ipam(&["10.1.2.0/24", "fd00:6::/64"])}),
+    );
+    let result = fx.add(&c).assert_ok().json();
+    let host_veth = result["interfaces"][1]["name"].as_str().unwrap();
+    assert_eq!(
+        sysctl(&fx.host, &format!("net.ipv6.conf.{host_veth}.disable_ipv6")),
+        "1"
+    );
+    assert_eq!(
+        sysctl(&fx.host, &format!("net.ipv6.conf.{host_veth}.accept_ra")),
+        "0"
+    );
+    let addrs = fx.host.ip_json(&["-6", "addr", "show", "dev", host_veth]);
+    let on_port: Vec<_> = addrs
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(
+        on_port.is_empty(),
+        "IPv6 addresses on {host_veth}: {on_port:?}"
+    );
+    // The bridge keeps its own IPv6 and the pod reaches it through the port.
+    assert!(ping_eventually(&fx.pod, "fd00:6::1"));
+    assert!(ping_eventually(&fx.host, "fd00:6::2"));
+    fx.del(&c).assert_ok();
+}
+
 fn machine_sysctl(key: &str) -> String {
     std::fs::read_to_string(format!("/proc/sys/{key}"))
         .unwrap()
