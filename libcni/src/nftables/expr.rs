@@ -17,7 +17,9 @@
 //! extensions run through nf_tables' compat layer (`xt match` / `xt
 //! target` with the extension's own info struct).
 
-use netlink_packet_core::{DefaultNla, Nla, NlasIterator, Parseable, NLA_TYPE_MASK};
+use netlink_packet_core::{
+    parse_string, DefaultNla, Nla, NlaBuffer, NlasIterator, Parseable, NLA_TYPE_MASK,
+};
 use netlink_packet_netfilter::nftables::{
     Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, Immediate, ListAttribute, Meta,
     Operator, Payload, Register, Verdict as NftVerdict, VerdictAttribute,
@@ -28,6 +30,9 @@ use crate::netlink::attributes::be_u32;
 
 pub use netlink_packet_netfilter::nftables::MetaKey;
 
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_FIB_DREG: u16 = 1;
 const NFTA_FIB_RESULT: u16 = 2;
 const NFTA_FIB_FLAGS: u16 = 3;
@@ -374,28 +379,65 @@ fn xt(kind: &str, name: &str, revision: u32, info: &[u8]) -> Expressions {
 /// which callers treat as "not a rule of ours".
 pub(crate) fn decode_list(bytes: &[u8]) -> Option<Vec<Expr>> {
     NlasIterator::new(bytes)
-        .map(|nla| {
-            let nla = nla.ok()?;
-            let element = ListAttribute::<ExpressionAttribute>::parse(&nla).ok()?;
-            decode(element)
-        })
+        .map(|nla| decode(parse_element(&nla.ok()?)?))
         .collect()
 }
 
 /// The last expression of a rule, if it is one of [`Expr`].
 pub(crate) fn decode_last(bytes: &[u8]) -> Option<Expr> {
     let nla = NlasIterator::new(bytes).last()?.ok()?;
-    decode(ListAttribute::<ExpressionAttribute>::parse(&nla).ok()?)
+    decode(parse_element(&nla)?)
 }
 
-fn decode(element: ListAttribute<ExpressionAttribute>) -> Option<Expr> {
-    let ListAttribute::Element(attributes) = element else {
+/// One `NFTA_LIST_ELEM` of a rule's expressions: its `NFTA_EXPR_DATA` as
+/// the crate's attribute types, picked by `NFTA_EXPR_NAME`.
+///
+/// The crate's own parser for a list element (`ListAttribute::<
+/// ExpressionAttribute>::parse`) builds an error context with
+/// `format!("... {:?}", buf)` of the whole expression for every attribute
+/// it reads, error or not: Debug-printing each byte of every rule listed.
+/// DEL lists POSTROUTING, one rule per pod, and at 200 pods that printing
+/// took 15-20 ms of a bridge DEL built for musl (whose memcpy is slower
+/// for the many small copies). This walks the same attributes with the
+/// same per-attribute parsers and prints nothing.
+fn parse_element<T: AsRef<[u8]> + ?Sized>(element: &NlaBuffer<&T>) -> Option<Expressions> {
+    if element.kind() & NLA_TYPE_MASK != NFTA_LIST_ELEM {
         return None;
-    };
-    let data = attributes.into_iter().find_map(|a| match a {
-        ExpressionAttribute::Data(data) => Some(data),
-        _ => None,
-    })?;
+    }
+    let (mut name, mut data) = (None, None);
+    for nla in NlasIterator::new(element.value()) {
+        let nla = nla.ok()?;
+        match nla.kind() & NLA_TYPE_MASK {
+            NFTA_EXPR_NAME => name = Some(parse_string(nla.value()).ok()?),
+            NFTA_EXPR_DATA => data = Some(nla),
+            _ => return None,
+        }
+    }
+    let data = data?;
+    let data = data.value();
+    fn each<A>(data: &[u8]) -> Option<Vec<A>>
+    where
+        A: for<'b> Parseable<NlaBuffer<&'b [u8]>>,
+    {
+        NlasIterator::new(data)
+            .map(|nla| A::parse(&nla.ok()?).ok())
+            .collect()
+    }
+    Some(match name?.as_str() {
+        "bitwise" => Expressions::Bitwise(each(data)?),
+        "cmp" => Expressions::Cmp(each(data)?),
+        "immediate" => Expressions::Immediate(each(data)?),
+        "lookup" => Expressions::Lookup(each(data)?),
+        "meta" => Expressions::Meta(each(data)?),
+        "payload" => Expressions::Payload(each(data)?),
+        other => Expressions::Other {
+            expression_type: other.to_string(),
+            attributes: each::<DefaultNla>(data)?,
+        },
+    })
+}
+
+fn decode(data: Expressions) -> Option<Expr> {
     match data {
         Expressions::Meta(attrs) => {
             let mut key = None;
