@@ -38,6 +38,38 @@ pub fn settle() {
     std::thread::sleep(SETTLE);
 }
 
+/// How long [`wait_for_namespace_cleanup`] waits at most.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often it looks, and how many equal looks in a row count as done.
+const CLEANUP_POLL: Duration = Duration::from_millis(100);
+const CLEANUP_STEADY_POLLS: usize = 5;
+
+/// Waits until the kernel has freed the network namespaces deleted before
+/// the call: it tears them down afterwards on a workqueue, for seconds
+/// after 200 pods, holding RTNL while it unregisters their links, which
+/// would slow whatever is timed next. Done when the slab count of live
+/// `net_namespace` objects has stopped changing; without
+/// `/proc/slabinfo`, a fixed pause.
+pub fn wait_for_namespace_cleanup() {
+    let live = || -> Option<u64> {
+        let slabs = std::fs::read_to_string("/proc/slabinfo").ok()?;
+        let line = slabs.lines().find(|l| l.starts_with("net_namespace "))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    let start = std::time::Instant::now();
+    let (mut last, mut steady) = (live(), 0);
+    if last.is_none() {
+        std::thread::sleep(Duration::from_secs(5));
+        return;
+    }
+    while steady < CLEANUP_STEADY_POLLS && start.elapsed() < CLEANUP_TIMEOUT {
+        std::thread::sleep(CLEANUP_POLL);
+        let now = live();
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+    }
+}
+
 /// One printed row: a metric, our figure, the reference's, and the ratio.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
