@@ -236,14 +236,14 @@ pub fn measure(
         // workers that hold RTNL for the sending, and the reference's host
         // veths add route-table walks per port; all of it grows with the
         // other side's pods and lands on this side's next netlink request.
-        for i in 0..2 {
+        for (i, net) in nets.iter().enumerate() {
             // A few untimed pods first: the first calls after a pause are
             // slower (caches, the kernel's slabs), which would flatter the
             // growth ratio by raising the first 20.
             super::wait_for_namespace_cleanup();
             for n in 0..GROWTH_WARM_UP {
                 let pod = TestNetns::new("bench-gw");
-                let rt = nets[i].runtime_conf(&pod, 900 + n, portmap);
+                let rt = net.runtime_conf(&pod, 900 + n, portmap);
                 in_host(i, &|net| net.add(&rt))?;
                 in_host(i, &|net| net.del(&rt))?;
             }
@@ -251,7 +251,7 @@ pub fn measure(
             let mut pods = Vec::with_capacity(growth_pods);
             for n in 0..growth_pods {
                 let pod = TestNetns::new("bench-gp");
-                let rt = nets[i].runtime_conf(&pod, 1000 + n, portmap);
+                let rt = net.runtime_conf(&pod, 1000 + n, portmap);
                 figs.growth_add_ms[i].push(ms(in_host(i, &|net| net.add(&rt))?));
                 pods.push((pod, rt));
             }
