@@ -33,6 +33,11 @@ pub use netlink_packet_netfilter::nftables::MetaKey;
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
+const NFTA_CMP_DATA: u16 = 3;
+const NFTA_IMMEDIATE_DATA: u16 = 2;
+const NFTA_BITWISE_MASK: u16 = 4;
+const NFTA_BITWISE_XOR: u16 = 5;
+const NFTA_BITWISE_DATA: u16 = 7;
 const NFTA_FIB_DREG: u16 = 1;
 const NFTA_FIB_RESULT: u16 = 2;
 const NFTA_FIB_FLAGS: u16 = 3;
@@ -415,18 +420,24 @@ fn parse_element<T: AsRef<[u8]> + ?Sized>(element: &NlaBuffer<&T>) -> Option<Exp
     }
     let data = data?;
     let data = data.value();
-    fn each<A>(data: &[u8]) -> Option<Vec<A>>
-    where
-        A: for<'b> Parseable<NlaBuffer<&'b [u8]>>,
-    {
-        NlasIterator::new(data)
-            .map(|nla| A::parse(&nla.ok()?).ok())
-            .collect()
-    }
     Some(match name?.as_str() {
-        "bitwise" => Expressions::Bitwise(each(data)?),
-        "cmp" => Expressions::Cmp(each(data)?),
-        "immediate" => Expressions::Immediate(each(data)?),
+        "bitwise" => Expressions::Bitwise(each_with_data(
+            data,
+            &[NFTA_BITWISE_MASK, NFTA_BITWISE_XOR, NFTA_BITWISE_DATA],
+            |kind, value| match kind {
+                NFTA_BITWISE_MASK => Bitwise::Mask(value),
+                NFTA_BITWISE_XOR => Bitwise::Xor(value),
+                _ => Bitwise::Data(value),
+            },
+        )?),
+        "cmp" => Expressions::Cmp(each_with_data(data, &[NFTA_CMP_DATA], |_, value| {
+            Cmp::Data(value)
+        })?),
+        "immediate" => {
+            Expressions::Immediate(each_with_data(data, &[NFTA_IMMEDIATE_DATA], |_, value| {
+                Immediate::Data(value)
+            })?)
+        }
         "lookup" => Expressions::Lookup(each(data)?),
         "meta" => Expressions::Meta(each(data)?),
         "payload" => Expressions::Payload(each(data)?),
@@ -435,6 +446,40 @@ fn parse_element<T: AsRef<[u8]> + ?Sized>(element: &NlaBuffer<&T>) -> Option<Exp
             attributes: each::<DefaultNla>(data)?,
         },
     })
+}
+
+/// Every attribute of an expression's data, through the crate's parser.
+fn each<A>(data: &[u8]) -> Option<Vec<A>>
+where
+    A: for<'b> Parseable<NlaBuffer<&'b [u8]>>,
+{
+    NlasIterator::new(data)
+        .map(|nla| A::parse(&nla.ok()?).ok())
+        .collect()
+}
+
+/// Like [`each`], except that the attributes of `data_kinds` (each holding
+/// an `NFTA_DATA_*`) are parsed here and given to `wrap`: the crate's
+/// parsers for those print the attribute into their error context too.
+fn each_with_data<A>(
+    data: &[u8],
+    data_kinds: &[u16],
+    wrap: impl Fn(u16, DataAttribute) -> A,
+) -> Option<Vec<A>>
+where
+    A: for<'b> Parseable<NlaBuffer<&'b [u8]>>,
+{
+    NlasIterator::new(data)
+        .map(|nla| {
+            let nla = nla.ok()?;
+            let kind = nla.kind() & NLA_TYPE_MASK;
+            if !data_kinds.contains(&kind) {
+                return A::parse(&nla).ok();
+            }
+            let inner = NlaBuffer::new_checked(nla.value()).ok()?;
+            Some(wrap(kind, DataAttribute::parse(&inner).ok()?))
+        })
+        .collect()
 }
 
 fn decode(data: Expressions) -> Option<Expr> {
