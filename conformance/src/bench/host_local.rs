@@ -52,8 +52,11 @@ impl Store {
     }
 }
 
-/// Prefills each side's store with `leases` leases (each side with its own
-/// binary), then alternates ADD+DEL of a fresh container on both sides.
+/// Gives each side two stores, one empty and one prefilled with `leases`
+/// leases (each side with its own binary), then alternates ADD+DEL of a
+/// fresh container over the four, so that the empty and the full store are
+/// measured in the same stretch of time (measured one after the other, the
+/// machine's drift between the two phases moved the ratio by 0.2-0.3).
 pub fn measure(
     ours_dir: &Path,
     reference_dir: &Path,
@@ -67,39 +70,42 @@ pub fn measure(
         leases,
         ..HostLocalFigures::default()
     };
+    // stores[side][0] stays empty, stores[side][1] gets the leases.
     let mut stores = Vec::new();
     for (i, dir) in [ours_dir, reference_dir].iter().enumerate() {
-        let data = work.join(format!("side{i}"));
-        let _ = std::fs::create_dir_all(&data);
-        stores.push(Store {
-            plugin: dir.join("host-local"),
-            stdin: config(&data),
-            netns: pod.path().display().to_string(),
-        });
-    }
-    let phase = |out: &mut [Vec<f64>; 2], rss: &mut [u64; 2]| {
-        for round in 0..rounds {
-            for k in 0..2 {
-                let i = (round + k) % 2;
-                let cid = format!("probe-{round}");
-                let c = stores[i].call("ADD", &cid)?;
-                out[i].push(c.wall.as_secs_f64() * 1e3);
-                rss[i] = rss[i].max(c.max_rss_kib);
-                stores[i].call("DEL", &cid)?;
-            }
+        let mut pair = Vec::new();
+        for state in ["empty", "full"] {
+            let data = work.join(format!("side{i}-{state}"));
+            let _ = std::fs::create_dir_all(&data);
+            pair.push(Store {
+                plugin: dir.join("host-local"),
+                stdin: config(&data),
+                netns: pod.path().display().to_string(),
+            });
         }
-        Ok::<(), MeasureError>(())
-    };
-    let mut rss = [0u64; 2];
-    let mut empty = [Vec::new(), Vec::new()];
-    phase(&mut empty, &mut rss)?;
-    for store in &stores {
+        stores.push(pair);
+    }
+    for pair in &stores {
         for n in 0..leases {
-            store.call("ADD", &format!("fill-{n}"))?;
+            pair[1].call("ADD", &format!("fill-{n}"))?;
         }
     }
-    let mut full = [Vec::new(), Vec::new()];
-    phase(&mut full, &mut rss)?;
+    let mut rss = [0u64; 2];
+    let mut times: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..rounds {
+        for k in 0..4 {
+            // Rotates which of the four goes first.
+            let slot = (round + k) % 4;
+            let (side, state) = (slot % 2, slot / 2);
+            let cid = format!("probe-{round}");
+            let store = &stores[side][state];
+            let c = store.call("ADD", &cid)?;
+            times[state][side].push(c.wall.as_secs_f64() * 1e3);
+            rss[side] = rss[side].max(c.max_rss_kib);
+            store.call("DEL", &cid)?;
+        }
+    }
+    let [empty, full] = times;
     figs.empty_add_ms = empty;
     figs.full_add_ms = full;
     figs.add_rss_kib = rss;
