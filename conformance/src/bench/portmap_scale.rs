@@ -300,26 +300,46 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// `rounds` ADD+DEL of a fresh probe pod per side, sides alternating.
+/// Probe ADD+DEL rounds over both sides' empty and full hosts, rotating
+/// which of the four goes first, so that the empty and the full figures
+/// come from the same stretch of time.
 fn probe_rounds(
-    sides: &[SideHost; 2],
-    phase: &str,
+    empty: &[SideHost; 2],
+    full: &[SideHost; 2],
     rounds: usize,
-    add_ms: &mut [Vec<f64>; 2],
-    del_ms: &mut [Vec<f64>; 2],
+    figs: &mut PortmapScaleFigures,
 ) -> Result<(), PortmapScaleError> {
     for round in 0..rounds {
-        for k in 0..2 {
-            let i = (round + k) % 2;
+        for k in 0..4 {
+            let slot = (round + k) % 4;
+            let i = slot % 2;
+            let (host, phase, add_ms, del_ms) = if slot < 2 {
+                (
+                    &empty[i],
+                    "empty",
+                    &mut figs.empty_add_ms,
+                    &mut figs.empty_del_ms,
+                )
+            } else {
+                (
+                    &full[i],
+                    "full",
+                    &mut figs.full_add_ms,
+                    &mut figs.full_del_ms,
+                )
+            };
             let att = Attachment::probe(phase, round);
-            add_ms[i].push(ms(sides[i].call("ADD", &att)?));
-            del_ms[i].push(ms(sides[i].call("DEL", &att)?));
+            add_ms[i].push(ms(host.call("ADD", &att)?));
+            del_ms[i].push(ms(host.call("DEL", &att)?));
         }
     }
     Ok(())
 }
 
-/// Measures with no pods' rules, adds `pods` pods per side, measures
-/// again, then deletes every pod and looks for leftovers.
+/// Gives each side two fake hosts, adds `pods` pods to one of them,
+/// measures the probe pod on all four alternately (measured one phase
+/// after the other, the machine's drift between the phases moved the
+/// ratio by 0.3-0.5), then deletes every pod and looks for leftovers.
 pub fn measure(
     ours_dir: &Path,
     reference_dir: &Path,
@@ -330,6 +350,10 @@ pub fn measure(
     if pods > MAX_PODS {
         return Err(PortmapScaleError::TooManyPods(pods));
     }
+    let empty = [
+        SideHost::new(Side::Ours, ours_dir, backend)?,
+        SideHost::new(Side::Reference, reference_dir, backend)?,
+    ];
     let sides = [
         SideHost::new(Side::Ours, ours_dir, backend)?,
         SideHost::new(Side::Reference, reference_dir, backend)?,
@@ -342,19 +366,17 @@ pub fn measure(
     };
     // The first ADD on a host creates the shared chains and jumps; keep it
     // out of the timing, and learn the backend while its rules are there.
-    for (i, side) in sides.iter().enumerate() {
+    for host in empty.iter().chain(sides.iter()) {
         let warm = Attachment::probe("warm", 0);
+        host.call("ADD", &warm)?;
+        host.call("DEL", &warm)?;
+    }
+    for (i, side) in sides.iter().enumerate() {
+        let warm = Attachment::probe("warm", 1);
         side.call("ADD", &warm)?;
         figs.backend[i] = side.backend_in_use();
         side.call("DEL", &warm)?;
     }
-    probe_rounds(
-        &sides,
-        "empty",
-        rounds,
-        &mut figs.empty_add_ms,
-        &mut figs.empty_del_ms,
-    )?;
     eprintln!("portmap-scale: adding {pods} pods per side");
     for n in 0..pods {
         for k in 0..2 {
@@ -362,13 +384,7 @@ pub fn measure(
             figs.fill_add_ms[i].push(ms(sides[i].call("ADD", &Attachment::fill(n))?));
         }
     }
-    probe_rounds(
-        &sides,
-        "full",
-        rounds,
-        &mut figs.full_add_ms,
-        &mut figs.full_del_ms,
-    )?;
+    probe_rounds(&empty, &sides, rounds, &mut figs)?;
     eprintln!("portmap-scale: deleting {pods} pods per side");
     for n in 0..pods {
         for k in 0..2 {
@@ -378,6 +394,7 @@ pub fn measure(
     }
     for (i, side) in sides.iter().enumerate() {
         figs.leftovers[i] = side.leftovers();
+        figs.leftovers[i].extend(empty[i].leftovers());
         if !figs.leftovers[i].is_empty() {
             eprintln!(
                 "portmap-scale: {:?} left {} chains/rules after deleting every pod: {:?}",
