@@ -299,7 +299,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// `rounds` ADD+DEL of a fresh probe pod per side, sides alternating.
 /// Probe ADD+DEL rounds over both sides' empty and full hosts, rotating
 /// which of the four goes first, so that the empty and the full figures
 /// come from the same stretch of time.
@@ -366,13 +365,10 @@ pub fn measure(
     };
     // The first ADD on a host creates the shared chains and jumps; keep it
     // out of the timing, and learn the backend while its rules are there.
-    for host in empty.iter().chain(sides.iter()) {
-        let warm = Attachment::probe("warm", 0);
-        host.call("ADD", &warm)?;
-        host.call("DEL", &warm)?;
-    }
-    for (i, side) in sides.iter().enumerate() {
-        let warm = Attachment::probe("warm", 1);
+    let warm = Attachment::probe("warm", 0);
+    for (i, (empty_host, side)) in empty.iter().zip(&sides).enumerate() {
+        empty_host.call("ADD", &warm)?;
+        empty_host.call("DEL", &warm)?;
         side.call("ADD", &warm)?;
         figs.backend[i] = side.backend_in_use();
         side.call("DEL", &warm)?;
