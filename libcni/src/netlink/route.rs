@@ -168,6 +168,9 @@ pub struct VethPair<'a> {
     pub mtu: Option<u32>,
     pub mac: Option<&'a [u8]>,
     pub peer_mac: Option<&'a [u8]>,
+    /// A bridge (or other master) `name` joins as it is created, which
+    /// saves a request under RTNL.
+    pub master: Option<u32>,
 }
 
 /// An address assigned to a link.
@@ -374,6 +377,9 @@ impl NetlinkSocket<Rtnetlink> {
         }
         if let Some(mac) = pair.mac {
             msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        if let Some(master) = pair.master {
+            msg.attributes.push(LinkAttribute::Controller(master));
         }
         if let Some(mac) = pair.peer_mac {
             peer.attributes.push(LinkAttribute::Address(mac.to_vec()));
@@ -748,6 +754,7 @@ mod tests {
                 mtu: None,
                 mac: None,
                 peer_mac: None,
+                master: None,
             };
             socket.create_veth_pair(&pair).unwrap();
             let index = socket.link_by_name("dt-host").unwrap().unwrap().index;

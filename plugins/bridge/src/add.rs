@@ -41,7 +41,7 @@ use libcni::types::v100;
 
 use crate::background::Background;
 use crate::bridge_link::{self, Bridge, BridgeSpec};
-use crate::bridge_port::{set_port_options, PortOptions};
+use crate::bridge_port::{set_port_options, AdminState, PortOptions};
 use crate::config::{BridgeConf, MasqBackend};
 use crate::container::{self, EarlySysctls, InterfaceSysctls};
 use crate::error::BridgeError;
@@ -352,6 +352,7 @@ impl<'a, E: Exec> Attach<'a, E> {
                 container_netns: self.netns,
                 mtu: self.conf.mtu,
                 container_mac: self.conf.mac.as_ref().map(|m| m.as_slice()),
+                bridge_index: self.bridge.link.index,
             },
         )?;
         self.rollback.push(Undo::DeleteVeth {
@@ -361,11 +362,11 @@ impl<'a, E: Exec> Attach<'a, E> {
         Ok(veth)
     }
 
-    /// Makes the host end a port of the bridge with the port options and
-    /// VLANs of the configuration, and sets it up.
+    /// Gives the host end (already a port of the bridge, see
+    /// [`VethSpec::bridge_index`]) the port options and VLANs of the
+    /// configuration, and sets it up.
     fn attach_host_end(&mut self, veth: &Veth) -> Result<(), BridgeError> {
         let name = &veth.host.name;
-        let bridge = &self.bridge.link.name;
         // A bridge port forwards IPv6 at layer 2 whatever its own IPv6
         // state, so the host end needs no link-local address, prefix and
         // multicast routes, DAD or router solicitations. Each of those
@@ -381,9 +382,18 @@ impl<'a, E: Exec> Attach<'a, E> {
                 log::debug!("{e}");
             }
         }
-        self.host
-            .set_master(veth.host.index, Some(self.bridge.link.index))
-            .map_err(|e| e.context(format!("failed to connect {name:?} to bridge {bridge:?}")))?;
+        let plan = PortVlans::plan(
+            self.conf.vlan,
+            &self.conf.vlan_trunk,
+            self.conf.preserve_default_vlan,
+        );
+        // Without VLANs to set in between, the options and the up share
+        // one request.
+        let state = if plan.is_empty() {
+            AdminState::Up
+        } else {
+            AdminState::Unchanged
+        };
         set_port_options(
             &mut self.host,
             veth.host.index,
@@ -391,21 +401,18 @@ impl<'a, E: Exec> Attach<'a, E> {
                 hairpin: self.conf.hairpin_mode,
                 isolated: self.conf.port_isolation,
             },
+            state,
         )
         .map_err(|e| e.context(format!("failed to set hairpin/isolation on {name:?}")))?;
-        let plan = PortVlans::plan(
-            self.conf.vlan,
-            &self.conf.vlan_trunk,
-            self.conf.preserve_default_vlan,
-        );
-        if !plan.is_empty() {
-            apply_port_vlans(
-                &mut NetlinkVlans::new(&mut self.host),
-                veth.host.index,
-                name,
-                &plan,
-            )?;
+        if state == AdminState::Up {
+            return Ok(());
         }
+        apply_port_vlans(
+            &mut NetlinkVlans::new(&mut self.host),
+            veth.host.index,
+            name,
+            &plan,
+        )?;
         self.host
             .set_link_up(veth.host.index)
             .map_err(|e| e.context(format!("failed to set {name:?} up")))?;

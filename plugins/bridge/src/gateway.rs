@@ -9,7 +9,7 @@ use libcni::netlink::{LinkInfo, RouteSocket, VethPair};
 use libcni::sysctl;
 use libcni::types::{v100, Route};
 
-use crate::bridge_port::{set_port_options, PortOptions};
+use crate::bridge_port::{set_port_options, AdminState, PortOptions};
 use crate::error::BridgeError;
 use crate::veth;
 use crate::vlan::{apply_port_vlans, BridgeVlans, PortVlans};
@@ -206,6 +206,7 @@ pub fn ensure_vlan_gateway(
         mtu: (bridge.mtu != 0).then_some(bridge.mtu),
         mac: None,
         peer_mac: None,
+        master: None,
     };
     match socket.create_veth_pair(&pair) {
         Ok(()) => {}
@@ -250,6 +251,7 @@ fn attach_vlan_gateway(
             hairpin: false,
             isolated: false,
         },
+        AdminState::Unchanged,
     )?;
     apply_port_vlans(vlans, port.index, port_name, port_vlans)?;
     socket.set_link_up(port.index)?;
