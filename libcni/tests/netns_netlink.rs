@@ -178,6 +178,7 @@ fn veth_pair_is_born_with_its_peer_in_the_other_namespace() {
             mtu: Some(1400),
             mac: Some(&mac),
             peer_mac: Some(&peer_mac),
+            master: None,
         })
         .unwrap();
 
@@ -266,6 +267,46 @@ fn link_settings_round_trip() {
     sock.set_netns_fd("port0-peer", b.ns.as_fd()).unwrap();
     assert!(sock.link_by_name("port0-peer").unwrap().is_none());
     assert!(b.ip_link("port0-peer").is_some());
+}
+
+/// `master` puts the first end into the bridge as the pair is created; the
+/// peer, born in another namespace, is no port of anything.
+#[test]
+fn veth_pair_is_born_a_port_of_the_bridge() {
+    let a = TestNetns::new();
+    let b = TestNetns::new();
+    let mut sock = a.socket();
+    sock.create_bridge("br-born", None, false).unwrap();
+    let bridge = sock.link_by_name("br-born").unwrap().unwrap();
+    sock.create_veth_pair(&VethPair {
+        name: "born0",
+        peer_name: "born0-peer",
+        peer_netns: Some(b.ns.as_fd()),
+        master: Some(bridge.index),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = sock.link_by_name("born0").unwrap().unwrap();
+    assert_eq!(port.master, Some(bridge.index));
+    assert_eq!(a.ip_link("born0").unwrap()["master"], "br-born");
+    let peer = b.socket().link_by_name("born0-peer").unwrap().unwrap();
+    assert_eq!(peer.master, None);
+
+    // A master that does not exist fails the whole request: no half pair.
+    let err = sock
+        .create_veth_pair(&VethPair {
+            name: "born1",
+            peer_name: "born1-peer",
+            master: Some(999_999),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(errno(&err), Errno::ENODEV | Errno::EINVAL),
+        "{err}"
+    );
+    assert!(sock.link_by_name("born1").unwrap().is_none());
+    assert!(sock.link_by_name("born1-peer").unwrap().is_none());
 }
 
 #[test]

@@ -157,7 +157,8 @@ impl<'a, E: Exec> Attach<'a, E> {
     fn run(&mut self) -> Result<v100::Result, BridgeError> {
         let (conf, rules) = (self.conf, self.rules);
         thread::scope(|scope| {
-            // The masquerade backend probe (it runs `iptables-save`) needs
+            // The masquerade backend probe (a netlink round trip, or an
+            // `iptables-save` where iptables is not iptables-nft) needs
             // nothing made here: it runs on a worker thread meanwhile.
             let probe =
                 (conf.is_layer3() && conf.ip_masq && conf.masq_backend.is_none()).then(|| {
