@@ -404,7 +404,14 @@ impl<'a, E: Exec> Attach<'a, E> {
             },
             state,
         )
-        .map_err(|e| e.context(format!("failed to set hairpin/isolation on {name:?}")))?;
+        .map_err(|e| {
+            let up = if state == AdminState::Up {
+                " and set it up"
+            } else {
+                ""
+            };
+            e.context(format!("failed to set hairpin/isolation on {name:?}{up}"))
+        })?;
         if state == AdminState::Up {
             return Ok(());
         }
