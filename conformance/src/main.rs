@@ -137,6 +137,11 @@ struct BenchArgs {
     /// Where the chart of ADD latency against attached pods is written (SVG).
     #[arg(long)]
     chart: Option<PathBuf>,
+    /// Where the plugins keep their state during the run (host-local
+    /// stores, runtime caches): by default /dev/shm where it is a tmpfs,
+    /// else the temporary directory (see `bench::StateRoot` for why).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -195,6 +200,8 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     let mut rows: Vec<Row> = Vec::new();
     let mut raw = serde_json::Map::new();
     let wants = |name: &str| a.only.iter().any(|o| o == name);
+    let state = bench::StateRoot::choose(a.state_dir.as_deref());
+    eprintln!("{}", state.report_line());
     if wants("version") {
         let mut figs = Vec::new();
         for plugin in &a.plugins {
@@ -213,9 +220,14 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         );
     }
     if wants("host-local") {
-        let (f, r) =
-            bench::host_local::measure(&a.ours, &a.reference, a.leases, a.host_local_rounds)
-                .map_err(|e| e.to_string())?;
+        let (f, r) = bench::host_local::measure(
+            &a.ours,
+            &a.reference,
+            a.leases,
+            a.host_local_rounds,
+            &state,
+        )
+        .map_err(|e| e.to_string())?;
         raw.insert(
             "host_local".into(),
             serde_json::to_value(f).unwrap_or_default(),
@@ -231,6 +243,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
                 a.chain_rounds,
                 a.growth_pods,
                 portmap,
+                &state,
             )
             .map_err(|e| e.to_string())?;
             raw.insert(
@@ -242,8 +255,9 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         }
     }
     if wants("workers") {
-        let (f, r) = bench::workers::measure(&a.ours, &a.reference, a.workers, a.worker_pods)
-            .map_err(|e| e.to_string())?;
+        let (f, r) =
+            bench::workers::measure(&a.ours, &a.reference, a.workers, a.worker_pods, &state)
+                .map_err(|e| e.to_string())?;
         raw.insert(
             "workers".into(),
             serde_json::to_value(f).unwrap_or_default(),
@@ -286,6 +300,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     println!("{}", bench::machine_line());
+    println!("{}", state.report_line());
     print!("{}", bench::render_table(&rows));
     if let Some(path) = &a.json {
         raw.insert(
@@ -293,6 +308,8 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             serde_json::to_value(&rows).unwrap_or_default(),
         );
         raw.insert("machine".into(), bench::machine_line().into());
+        raw.insert("state_dir".into(), state.dir.display().to_string().into());
+        raw.insert("state_file_system".into(), state.file_system.into());
         std::fs::write(path, serde_json::Value::Object(raw).to_string())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }

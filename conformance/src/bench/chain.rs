@@ -9,7 +9,7 @@
 //! reference's iptables lists it), and the settle step before each call
 //! flushes only its own namespace's deferred nf_tables frees.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libcni::conf::{self, NetworkConfigList};
@@ -17,7 +17,7 @@ use libcni::netns::NetNs;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Value};
 
-use super::Row;
+use super::{Row, StateRoot};
 use crate::measure::summarize;
 use crate::testnet::TestNetns;
 
@@ -189,13 +189,14 @@ pub fn measure(
     rounds: usize,
     growth_pods: usize,
     portmap: bool,
+    state: &StateRoot,
 ) -> Result<(ChainFigures, Vec<Row>), ChainError> {
     let hosts = [
         TestNetns::new("bench-host-o"),
         TestNetns::new("bench-host-r"),
     ];
     let host_nss = [NetNs::open(hosts[0].path())?, NetNs::open(hosts[1].path())?];
-    let work = tempfile_dir()?;
+    let work = state.work_dir("cni-bench")?;
     let nets = [
         Network::new(Side::Ours, ours_dir, &work, portmap)?,
         Network::new(Side::Reference, reference_dir, &work, portmap)?,
@@ -327,10 +328,4 @@ pub fn measure(
         ));
     }
     Ok((figs, rows))
-}
-
-pub(crate) fn tempfile_dir() -> Result<PathBuf, std::io::Error> {
-    let dir = std::env::temp_dir().join(format!("cni-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

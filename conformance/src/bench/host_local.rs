@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::Row;
+use super::{Row, StateRoot};
 use crate::measure::{run_ok, summarize, MeasureError};
 use crate::testnet::TestNetns;
 
@@ -62,10 +62,13 @@ pub fn measure(
     reference_dir: &Path,
     leases: usize,
     rounds: usize,
+    state: &StateRoot,
 ) -> Result<(HostLocalFigures, Vec<Row>), MeasureError> {
     // Any namespace but our own will do: host-local does not enter it.
     let pod = TestNetns::new("bench-hl");
-    let work = std::env::temp_dir().join(format!("cni-hlbench-{}", std::process::id()));
+    let work = state
+        .dir
+        .join(format!("cni-hlbench-{}", std::process::id()));
     let mut figs = HostLocalFigures {
         leases,
         ..HostLocalFigures::default()

@@ -10,7 +10,83 @@ pub mod version;
 pub mod workers;
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Where the plugins keep their state during a run (host-local stores,
+/// the runtime's result caches): a directory of its own under a parent
+/// chosen once per run.
+///
+/// Why not always the temporary directory: the plugins create and delete
+/// files on every ADD and DEL, and on an ext4 file system without a
+/// journal (the root of the test VMs) creating a file first checks every
+/// free inode of its block group that was freed in the last 60 to 360
+/// seconds, one buffer lookup each, before it may reuse one. A file
+/// creation then costs from 10 µs to 1 ms depending on how many files any
+/// program deleted nearby in the past minutes: measured, a host-local ADD
+/// went from 1 to 2 ms within one series of pods, and its 1000-lease
+/// figure moved between 0.98 and 1.32 times its empty figure from run to
+/// run, with the same binary. Journaled file systems skip that check, so
+/// the figures would describe the VM's disk rather than the plugins. A
+/// tmpfs (`/dev/shm`) has no such history; `--state-dir` picks another
+/// place, for instance to measure a real disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRoot {
+    pub dir: PathBuf,
+    /// What the directory's file system is, for the report.
+    pub file_system: String,
+}
+
+impl StateRoot {
+    /// `requested`, or `/dev/shm` where it is a tmpfs, or the temporary
+    /// directory.
+    pub fn choose(requested: Option<&Path>) -> StateRoot {
+        let dir = match requested {
+            Some(dir) => dir.to_path_buf(),
+            None if file_system_of(Path::new("/dev/shm")) == "tmpfs" => PathBuf::from("/dev/shm"),
+            None => std::env::temp_dir(),
+        };
+        let file_system = file_system_of(&dir);
+        StateRoot { dir, file_system }
+    }
+
+    /// A fresh directory for this run: `<dir>/<name>-<pid>`.
+    pub fn work_dir(&self, name: &str) -> Result<PathBuf, std::io::Error> {
+        let dir = self.dir.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// The line the report prints about it.
+    pub fn report_line(&self) -> String {
+        format!(
+            "plugin state (host-local stores, runtime caches) under {} ({})",
+            self.dir.display(),
+            self.file_system
+        )
+    }
+}
+
+/// `tmpfs`, `ext4`, ... as far as the bench tells them apart.
+fn file_system_of(path: &Path) -> String {
+    use nix::sys::statfs::{
+        statfs, BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC,
+    };
+    let Ok(stat) = statfs(path) else {
+        return "unknown".to_string();
+    };
+    let kind = stat.filesystem_type();
+    let known = [
+        (TMPFS_MAGIC, "tmpfs"),
+        (EXT4_SUPER_MAGIC, "ext2/3/4"),
+        (XFS_SUPER_MAGIC, "xfs"),
+        (BTRFS_SUPER_MAGIC, "btrfs"),
+    ];
+    known.iter().find(|(magic, _)| *magic == kind).map_or_else(
+        || format!("file system {:#x}", kind.0),
+        |(_, name)| name.to_string(),
+    )
+}
 
 /// How long [`settle`] leaves the kernel to finish deferred work.
 const SETTLE: Duration = Duration::from_millis(20);
@@ -147,4 +223,43 @@ pub fn machine_line() -> String {
         .map(|n| n.get())
         .unwrap_or(0);
     format!("measured {now} on Linux {kernel}, {cpus} CPUs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requested_state_dir_is_used_and_named_by_its_file_system() {
+        let tmpfs = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
+        let state = StateRoot::choose(Some(tmpfs.path()));
+        assert_eq!(state.dir, tmpfs.path());
+        assert_eq!(state.file_system, "tmpfs");
+        let work = state.work_dir("cni-bench-test").unwrap();
+        assert!(work.is_dir());
+        assert!(work.starts_with(tmpfs.path()));
+        assert!(
+            state.report_line().contains("(tmpfs)"),
+            "{}",
+            state.report_line()
+        );
+    }
+
+    #[test]
+    fn by_default_state_goes_to_a_tmpfs_where_there_is_one() {
+        let state = StateRoot::choose(None);
+        if file_system_of(Path::new("/dev/shm")) == "tmpfs" {
+            assert_eq!(state.dir, Path::new("/dev/shm"));
+        } else {
+            assert_eq!(state.dir, std::env::temp_dir());
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_has_an_unknown_file_system() {
+        assert_eq!(
+            file_system_of(Path::new("/nonexistent/cni-bench")),
+            "unknown"
+        );
+    }
 }

@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use libcni::netns::NetNs;
 
-use super::chain::{tempfile_dir, ChainError, Network, Side};
-use super::Row;
+use super::chain::{ChainError, Network, Side};
+use super::{Row, StateRoot};
 use crate::testnet::TestNetns;
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -82,6 +82,7 @@ pub fn measure(
     reference_dir: &Path,
     workers: usize,
     pods: usize,
+    state: &StateRoot,
 ) -> Result<(WorkerFigures, Vec<Row>), ChainError> {
     let mut figs = WorkerFigures {
         workers,
@@ -94,7 +95,8 @@ pub fn measure(
     {
         let host = TestNetns::new("bench-wh");
         let host_ns = NetNs::open(host.path())?;
-        let work = tempfile_dir()?.join(format!("workers-{i}"));
+        let run_dir = state.work_dir("cni-bench-workers")?;
+        let work = run_dir.join(format!("workers-{i}"));
         let dir = dir.to_path_buf();
         let work2 = work.clone();
         let outcome = host_ns.run(move || -> Result<SideOutcome, ChainError> {
@@ -106,7 +108,7 @@ pub fn measure(
             net.del(&rt)?;
             Ok(run_side(&net, workers, pods))
         })??;
-        let _ = std::fs::remove_dir_all(&work);
+        let _ = std::fs::remove_dir_all(&run_dir);
         figs.wall_s[i] = outcome.wall_s;
         figs.failures[i] = outcome.failures;
         figs.duplicate_ips[i] = outcome.duplicates;
