@@ -29,6 +29,11 @@ pub enum MeasureError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot create a state directory under {path}: {source}")]
+    StateDir {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Runs `program` once with `env` (added to a cleared environment) and

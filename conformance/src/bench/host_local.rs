@@ -67,8 +67,11 @@ pub fn measure(
     // Any namespace but our own will do: host-local does not enter it.
     let pod = TestNetns::new("bench-hl");
     let work = state
-        .dir
-        .join(format!("cni-hlbench-{}", std::process::id()));
+        .work_dir("cni-hlbench")
+        .map_err(|source| MeasureError::StateDir {
+            path: state.dir.display().to_string(),
+            source,
+        })?;
     let mut figs = HostLocalFigures {
         leases,
         ..HostLocalFigures::default()
