@@ -168,9 +168,51 @@ pub struct ChainFigures {
     pub portmap: bool,
     pub one_pod_add_ms: [Vec<f64>; 2],
     pub one_pod_del_ms: [Vec<f64>; 2],
-    /// ADD time of pod i when i pods are already attached.
-    pub growth_add_ms: [Vec<f64>; 2],
-    pub growth_del_ms: [Vec<f64>; 2],
+    /// Per side, per series: ADD time of pod i when i pods are already
+    /// attached.
+    pub growth_add_ms: [Vec<Vec<f64>>; 2],
+    pub growth_del_ms: [Vec<Vec<f64>>; 2],
+    /// Per side: each series' own last-20 / first-20 ratio, to show the
+    /// spread that the pooled ratio of the report evens out.
+    pub growth_series_ratios: [Vec<f64>; 2],
+}
+
+/// How many pods at each end of a growth series are compared.
+const GROWTH_END: usize = 20;
+
+/// The growth ratio over several series of one side: the median ADD time of
+/// the last `GROWTH_END` pods of every series, pooled, over the same for the
+/// first `GROWTH_END`. Pooling rather than one series because a single
+/// series on this kind of machine moved the ratio by up to 0.3 between runs
+/// of the same binaries (its first 20 pods' median alone moved by 1 ms).
+pub fn pooled_growth_ratio(series: &[Vec<f64>]) -> Option<(f64, f64)> {
+    let usable: Vec<&Vec<f64>> = series
+        .iter()
+        .filter(|s| s.len() >= 2 * GROWTH_END)
+        .collect();
+    if usable.is_empty() {
+        return None;
+    }
+    let first: Vec<f64> = usable
+        .iter()
+        .flat_map(|s| s[..GROWTH_END].iter().copied())
+        .collect();
+    let last: Vec<f64> = usable
+        .iter()
+        .flat_map(|s| s[s.len() - GROWTH_END..].iter().copied())
+        .collect();
+    Some((median(&first), median(&last)))
+}
+
+/// The median of each pod index across series, for the chart.
+pub fn pointwise_median(series: &[Vec<f64>]) -> Vec<f64> {
+    let len = series.iter().map(Vec::len).min().unwrap_or(0);
+    (0..len)
+        .map(|i| {
+            let at: Vec<f64> = series.iter().map(|s| s[i]).collect();
+            median(&at)
+        })
+        .collect()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -182,12 +224,51 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     summarize(&d).median_ms
 }
 
+/// A timed call on one side's network, run inside its host namespace.
+type NetworkCall<'a> = dyn Fn(&Network) -> Result<Duration, ChainError> + Sync + 'a;
+
+/// One growth series of one side: untimed warm-up pods, then `pods` pods
+/// added one by one and deleted in the same order. Returns the ADD and the
+/// DEL times in milliseconds.
+fn growth_series_of(
+    net: &Network,
+    in_host: &dyn Fn(&NetworkCall) -> Result<Duration, ChainError>,
+    pods: usize,
+    portmap: bool,
+) -> Result<(Vec<f64>, Vec<f64>), ChainError> {
+    // A few untimed pods first: the first calls after a pause are slower
+    // (caches, the kernel's slabs), which would flatter the growth ratio by
+    // raising the first 20.
+    super::wait_for_namespace_cleanup();
+    for n in 0..GROWTH_WARM_UP {
+        let pod = TestNetns::new("bench-gw");
+        let rt = net.runtime_conf(&pod, 900 + n, portmap);
+        in_host(&|net| net.add(&rt))?;
+        in_host(&|net| net.del(&rt))?;
+    }
+    super::wait_for_namespace_cleanup();
+    let mut attached = Vec::with_capacity(pods);
+    let mut adds = Vec::with_capacity(pods);
+    for n in 0..pods {
+        let pod = TestNetns::new("bench-gp");
+        let rt = net.runtime_conf(&pod, 1000 + n, portmap);
+        adds.push(ms(in_host(&|net| net.add(&rt))?));
+        attached.push((pod, rt));
+    }
+    let mut dels = Vec::with_capacity(pods);
+    for (_, rt) in &attached {
+        dels.push(ms(in_host(&|net| net.del(rt))?));
+    }
+    Ok((adds, dels))
+}
+
 /// Runs each side inside a fresh fake host namespace of its own.
 pub fn measure(
     ours_dir: &Path,
     reference_dir: &Path,
     rounds: usize,
     growth_pods: usize,
+    growth_series: usize,
     portmap: bool,
     state: &StateRoot,
 ) -> Result<(ChainFigures, Vec<Row>), ChainError> {
@@ -204,9 +285,7 @@ pub fn measure(
     // Plugins are children of the thread that runs them, so each side's
     // calls run on a thread inside its host namespace (the timing starts
     // inside it).
-    let in_host = |i: usize, f: &(dyn Fn(&Network) -> Result<Duration, ChainError> + Sync)| {
-        host_nss[i].run(|| f(&nets[i]))?
-    };
+    let in_host = |i: usize, f: &NetworkCall| host_nss[i].run(|| f(&nets[i]))?;
     let mut figs = ChainFigures {
         portmap,
         ..ChainFigures::default()
@@ -237,28 +316,23 @@ pub fn measure(
         // workers that hold RTNL for the sending, and the reference's host
         // veths add route-table walks per port; all of it grows with the
         // other side's pods and lands on this side's next netlink request.
-        for (i, net) in nets.iter().enumerate() {
-            // A few untimed pods first: the first calls after a pause are
-            // slower (caches, the kernel's slabs), which would flatter the
-            // growth ratio by raising the first 20.
-            super::wait_for_namespace_cleanup();
-            for n in 0..GROWTH_WARM_UP {
-                let pod = TestNetns::new("bench-gw");
-                let rt = net.runtime_conf(&pod, 900 + n, portmap);
-                in_host(i, &|net| net.add(&rt))?;
-                in_host(i, &|net| net.del(&rt))?;
+        // Several series per side, the sides taking turns series by series
+        // (which goes first alternates), so drift over the run lands on both.
+        for series in 0..growth_series {
+            for k in 0..2 {
+                let i = (series + k) % 2;
+                let (adds, dels) =
+                    growth_series_of(&nets[i], &|f| in_host(i, f), growth_pods, portmap)?;
+                figs.growth_add_ms[i].push(adds);
+                figs.growth_del_ms[i].push(dels);
             }
-            super::wait_for_namespace_cleanup();
-            let mut pods = Vec::with_capacity(growth_pods);
-            for n in 0..growth_pods {
-                let pod = TestNetns::new("bench-gp");
-                let rt = net.runtime_conf(&pod, 1000 + n, portmap);
-                figs.growth_add_ms[i].push(ms(in_host(i, &|net| net.add(&rt))?));
-                pods.push((pod, rt));
-            }
-            for (_, rt) in &pods {
-                figs.growth_del_ms[i].push(ms(in_host(i, &|net| net.del(rt))?));
-            }
+        }
+        for i in 0..2 {
+            figs.growth_series_ratios[i] = figs.growth_add_ms[i]
+                .iter()
+                .filter_map(|s| pooled_growth_ratio(std::slice::from_ref(s)))
+                .map(|(first, last)| last / first)
+                .collect();
         }
     }
     let _ = std::fs::remove_dir_all(&work);
@@ -299,14 +373,18 @@ pub fn measure(
         )
         .with_target(if portmap { 0.2 } else { 0.25 }),
     );
-    if growth_pods >= 40 {
-        for (i, side) in ["ours", "reference"].iter().enumerate() {
-            let adds = &figs.growth_add_ms[i];
-            let first = median(&adds[..20]);
-            let last = median(&adds[adds.len() - 20..]);
+    let pooled = |series: &[Vec<f64>]| -> Vec<f64> { series.iter().flatten().copied().collect() };
+    if let (Some((o_first, o_last)), Some((r_first, r_last))) = (
+        pooled_growth_ratio(&figs.growth_add_ms[0]),
+        pooled_growth_ratio(&figs.growth_add_ms[1]),
+    ) {
+        let series = figs.growth_add_ms[0].len().min(figs.growth_add_ms[1].len());
+        for (side, first, last) in [("ours", o_first, o_last), ("reference", r_first, r_last)] {
             rows.push(
                 Row::new(
-                    format!("{what}: {side} ADD, last 20 of {growth_pods} vs first 20"),
+                    format!(
+                        "{what}: {side} ADD, last {GROWTH_END} of {growth_pods} vs first {GROWTH_END} ({series} series pooled)"
+                    ),
                     last,
                     first,
                     "ms",
@@ -316,16 +394,57 @@ pub fn measure(
         }
         rows.push(Row::new(
             format!("{what}: ADD with up to {growth_pods} pods (median)"),
-            median(&figs.growth_add_ms[0]),
-            median(&figs.growth_add_ms[1]),
+            median(&pooled(&figs.growth_add_ms[0])),
+            median(&pooled(&figs.growth_add_ms[1])),
             "ms",
         ));
         rows.push(Row::new(
             format!("{what}: DEL with up to {growth_pods} pods (median)"),
-            median(&figs.growth_del_ms[0]),
-            median(&figs.growth_del_ms[1]),
+            median(&pooled(&figs.growth_del_ms[0])),
+            median(&pooled(&figs.growth_del_ms[1])),
             "ms",
         ));
     }
     Ok((figs, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(first: f64, last: f64, len: usize) -> Vec<f64> {
+        (0..len)
+            .map(|i| if i < len / 2 { first } else { last })
+            .collect()
+    }
+
+    #[test]
+    fn the_growth_ratio_pools_the_ends_of_every_series() {
+        // Three series growing 2 -> 3, 4 -> 4 and 1 -> 5: the pooled first
+        // 20s are twenty each of 2, 4 and 1 (median 2), the last 20s twenty
+        // each of 3, 4 and 5 (median 4); no single series says 2 -> 4.
+        let got = pooled_growth_ratio(&[
+            series(2.0, 3.0, 60),
+            series(4.0, 4.0, 60),
+            series(1.0, 5.0, 60),
+        ]);
+        assert_eq!(got, Some((2.0, 4.0)));
+    }
+
+    #[test]
+    fn series_too_short_to_have_two_ends_are_left_out() {
+        assert_eq!(pooled_growth_ratio(&[series(1.0, 2.0, 39)]), None);
+        assert_eq!(
+            pooled_growth_ratio(&[series(1.0, 2.0, 39), series(2.0, 3.0, 40)]),
+            Some((2.0, 3.0))
+        );
+        assert_eq!(pooled_growth_ratio(&[]), None);
+    }
+
+    #[test]
+    fn the_chart_line_is_the_median_at_each_pod_and_as_long_as_the_shortest_series() {
+        let got = pointwise_median(&[vec![1.0, 5.0, 9.0], vec![2.0, 6.0], vec![3.0, 4.0, 1.0]]);
+        assert_eq!(got, vec![2.0, 5.0]);
+        assert!(pointwise_median(&[]).is_empty());
+    }
 }
