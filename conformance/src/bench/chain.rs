@@ -50,8 +50,10 @@ pub(crate) struct Network {
 }
 
 /// The chain a Kubernetes node runs: bridge + host-local (+ portmap).
-/// Version 1.0.0 because the Debian reference stops there.
-fn conflist(side: Side, work: &Path, portmap: bool) -> Value {
+/// Version 1.0.0 because the Debian reference stops there. `backend`, when
+/// given, goes to the bridge's `ipMasqBackend` and portmap's `backend`; the
+/// reference 1.1.1 knows neither key, ignores them and stays on iptables.
+fn conflist(side: Side, work: &Path, portmap: bool, backend: Option<&str>) -> Value {
     let (name, bridge, subnet) = match side {
         Side::Ours => ("bench-ours", "cnibench-o", "10.201.0.0/16"),
         Side::Reference => ("bench-ref", "cnibench-r", "10.202.0.0/16"),
@@ -76,6 +78,12 @@ fn conflist(side: Side, work: &Path, portmap: bool) -> Value {
             "snat": true
         }));
     }
+    if let Some(backend) = backend {
+        plugins[0]["ipMasqBackend"] = backend.into();
+        if let Some(portmap) = plugins.get_mut(1) {
+            portmap["backend"] = backend.into();
+        }
+    }
     json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins})
 }
 
@@ -85,10 +93,12 @@ impl Network {
         plugin_dir: &Path,
         work: &Path,
         portmap: bool,
+        backend: Option<&str>,
     ) -> Result<Network, ChainError> {
         let work = work.join(format!("{side:?}"));
         std::fs::create_dir_all(&work)?;
-        let bytes = serde_json::to_vec(&conflist(side, &work, portmap)).unwrap_or_default();
+        let bytes =
+            serde_json::to_vec(&conflist(side, &work, portmap, backend)).unwrap_or_default();
         let list = conf::conflist_from_bytes(&bytes).map_err(|e| ChainError::Op {
             side,
             what: "config".into(),
@@ -166,6 +176,8 @@ const GROWTH_WARM_UP: usize = 5;
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct ChainFigures {
     pub portmap: bool,
+    /// The backend named to both sides' bridge and portmap, if any.
+    pub requested_backend: Option<String>,
     pub one_pod_add_ms: [Vec<f64>; 2],
     pub one_pod_del_ms: [Vec<f64>; 2],
     /// Per side, per series: ADD time of pod i when i pods are already
@@ -262,16 +274,31 @@ fn growth_series_of(
     Ok((adds, dels))
 }
 
+/// How much of the chain benchmark to run.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainRuns {
+    /// One-pod ADD+DEL rounds per side.
+    pub rounds: usize,
+    /// Pods per growth series.
+    pub growth_pods: usize,
+    /// Growth series per side.
+    pub growth_series: usize,
+}
+
 /// Runs each side inside a fresh fake host namespace of its own.
 pub fn measure(
     ours_dir: &Path,
     reference_dir: &Path,
-    rounds: usize,
-    growth_pods: usize,
-    growth_series: usize,
+    runs: ChainRuns,
     portmap: bool,
+    backend: Option<&str>,
     state: &StateRoot,
 ) -> Result<(ChainFigures, Vec<Row>), ChainError> {
+    let ChainRuns {
+        rounds,
+        growth_pods,
+        growth_series,
+    } = runs;
     let hosts = [
         TestNetns::new("bench-host-o"),
         TestNetns::new("bench-host-r"),
@@ -279,8 +306,8 @@ pub fn measure(
     let host_nss = [NetNs::open(hosts[0].path())?, NetNs::open(hosts[1].path())?];
     let work = state.work_dir("cni-bench")?;
     let nets = [
-        Network::new(Side::Ours, ours_dir, &work, portmap)?,
-        Network::new(Side::Reference, reference_dir, &work, portmap)?,
+        Network::new(Side::Ours, ours_dir, &work, portmap, backend)?,
+        Network::new(Side::Reference, reference_dir, &work, portmap, backend)?,
     ];
     // Plugins are children of the thread that runs them, so each side's
     // calls run on a thread inside its host namespace (the timing starts
@@ -288,6 +315,7 @@ pub fn measure(
     let in_host = |i: usize, f: &NetworkCall| host_nss[i].run(|| f(&nets[i]))?;
     let mut figs = ChainFigures {
         portmap,
+        requested_backend: backend.map(str::to_string),
         ..ChainFigures::default()
     };
     // Warm-up: the first ADD creates the bridge and shared rules.
@@ -338,10 +366,14 @@ pub fn measure(
     let _ = std::fs::remove_dir_all(&work);
     drop(hosts);
 
-    let what = if portmap {
+    let plugins = if portmap {
         "bridge+host-local+portmap"
     } else {
         "bridge+host-local"
+    };
+    let what = match backend {
+        Some(backend) => format!("{plugins} (ours {backend}, reference iptables)"),
+        None => plugins.to_string(),
     };
     let mut rows = Vec::new();
     let (o_add, r_add) = (
@@ -446,5 +478,19 @@ mod tests {
         let got = pointwise_median(&[vec![1.0, 5.0, 9.0], vec![2.0, 6.0], vec![3.0, 4.0, 1.0]]);
         assert_eq!(got, vec![2.0, 5.0]);
         assert!(pointwise_median(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_named_backend_goes_to_the_bridge_and_to_portmap() {
+        let work = Path::new("/nonexistent");
+        let both = conflist(Side::Ours, work, true, Some("nftables"));
+        assert_eq!(both["plugins"][0]["ipMasqBackend"], "nftables");
+        assert_eq!(both["plugins"][1]["backend"], "nftables");
+        let bridge_only = conflist(Side::Reference, work, false, Some("nftables"));
+        assert_eq!(bridge_only["plugins"][0]["ipMasqBackend"], "nftables");
+        assert_eq!(bridge_only["plugins"].as_array().map(Vec::len), Some(1));
+        let default = conflist(Side::Ours, work, true, None);
+        assert!(default["plugins"][0].get("ipMasqBackend").is_none());
+        assert!(default["plugins"][1].get("backend").is_none());
     }
 }

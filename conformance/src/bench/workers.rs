@@ -100,7 +100,7 @@ pub fn measure(
         let dir = dir.to_path_buf();
         let work2 = work.clone();
         let outcome = host_ns.run(move || -> Result<SideOutcome, ChainError> {
-            let net = Network::new(side, &dir, &work2, false)?;
+            let net = Network::new(side, &dir, &work2, false, None)?;
             // The first ADD creates the bridge; keep it out of the timing.
             let warm = TestNetns::new("bench-ww");
             let rt = net.runtime_conf(&warm, 0, false);
