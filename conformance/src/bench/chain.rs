@@ -371,8 +371,10 @@ pub fn measure(
     } else {
         "bridge+host-local"
     };
+    // Says what was asked, not what each side did with it: a reference
+    // other than Debian's 1.1.1 (`--reference`) may honour the key.
     let what = match backend {
-        Some(backend) => format!("{plugins} (ours {backend}, reference iptables)"),
+        Some(backend) => format!("{plugins} ({backend} backends requested)"),
         None => plugins.to_string(),
     };
     let mut rows = Vec::new();
