@@ -34,8 +34,13 @@ pub fn find(bytes: &[u8], kind: u16) -> Option<&[u8]> {
 
 /// A NUL-terminated (or unterminated) string attribute, lossily decoded.
 pub fn string(value: &[u8]) -> String {
+    str_lossy(value).into_owned()
+}
+
+/// [`string`] without the copy when the bytes are valid UTF-8.
+pub fn str_lossy(value: &[u8]) -> std::borrow::Cow<'_, str> {
     let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
-    String::from_utf8_lossy(value.get(..end).unwrap_or_default()).into_owned()
+    String::from_utf8_lossy(value.get(..end).unwrap_or_default())
 }
 
 /// A big-endian `u32` attribute (nf_tables' integers); `None` for any

@@ -47,11 +47,33 @@ const DUMP_ATTEMPTS: u32 = 5;
 /// fills dump skbs up to 32 KiB); bigger datagrams grow the buffer.
 const INITIAL_RECV_BUFFER: usize = 32 * 1024;
 
+/// What one queued ACK takes of a socket's receive buffer, rounded up: an
+/// skb's truesize (the small message's slab object, the `sk_buff` and its
+/// shared info). A batch of 603 acknowledged messages overflowed the
+/// default 208 KiB here, so each takes more than 350 bytes.
+const ACK_TRUESIZE: usize = 1024;
+
+/// The answers a socket's default receive buffer holds without asking for
+/// more: `net.core.rmem_default` is 208 KiB on Linux; counted low so
+/// that a smaller default is covered too.
+const DEFAULT_RECV_ROOM: usize = 128 * 1024;
+
+/// The largest datagram a socket's default send buffer takes without
+/// asking for more: `net.core.wmem_default` is 208 KiB on Linux, counted
+/// low as for [`DEFAULT_RECV_ROOM`].
+const DEFAULT_SEND_ROOM: usize = 128 * 1024;
+/// What the kernel keeps of a send buffer besides the datagram, rounded up
+/// (it refuses a datagram longer than the buffer less 32 bytes).
+const SEND_HEADROOM: usize = 4096;
+
 /// `NLMSGERR_ATTR_MSG`: the extended ACK's human-readable message.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
 const NETLINK_HEADER_LEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
+/// Message types below this are netlink's own (`NLMSG_NOOP`, `_ERROR`,
+/// `_DONE`, `_OVERRUN`); from it on, the family's data messages.
+const NLMSG_MIN_TYPE: u16 = 0x10;
 
 /// A netlink protocol family: its protocol number, the messages sent and
 /// received, and the socket options it needs besides the common ones
@@ -152,6 +174,10 @@ pub struct NetlinkSocket<P: NetlinkFamily> {
     socket: Socket,
     sequence: u32,
     recv_buffer: Vec<u8>,
+    /// Bytes of answers the socket's receive buffer is known to hold.
+    recv_room: usize,
+    /// Bytes of one datagram the send buffer is known to take.
+    send_room: usize,
     /// Whether the drop parks the socket (see [`NetlinkFamily::CLOSE_MAY_WAIT`]).
     park_on_drop: bool,
     /// `fn() -> P`: the socket holds no `P`, so it is `Send` whatever `P`
@@ -206,6 +232,8 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             socket,
             sequence: 0,
             recv_buffer: Vec::with_capacity(INITIAL_RECV_BUFFER),
+            recv_room: DEFAULT_RECV_ROOM,
+            send_room: DEFAULT_SEND_ROOM,
             park_on_drop: P::CLOSE_MAY_WAIT,
             family: PhantomData,
         })
@@ -235,6 +263,33 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         message: P::Request,
         flags: u16,
     ) -> Result<Vec<P::Reply>, NetlinkError> {
+        self.request_fold(message, flags, Vec::new, |replies, raw| {
+            let reply = NetlinkMessage::<P::Reply>::deserialize(raw)
+                .map_err(|e| NetlinkError::Decode(e.to_string()))?;
+            log::trace!("netlink recv: {reply:?}");
+            if let NetlinkPayload::InnerMessage(inner) = reply.payload {
+                replies.push(inner);
+            }
+            Ok(())
+        })
+    }
+
+    /// Like [`request`](Self::request), but hands each data message to
+    /// `step` as the kernel sent it (header included, still in the receive
+    /// buffer) instead of decoding and keeping it: for dumps that can be
+    /// long where the caller keeps only a few of the messages. Each attempt
+    /// of a dump starts again from `init()`.
+    ///
+    /// Why: decoding and keeping every message of a dump that grows with
+    /// the node (a chain with a rule per pod) cost more in allocations and
+    /// page faults than reading it.
+    pub fn request_fold<T>(
+        &mut self,
+        message: P::Request,
+        flags: u16,
+        init: impl Fn() -> T,
+        mut step: impl FnMut(&mut T, &[u8]) -> Result<(), NetlinkError>,
+    ) -> Result<T, NetlinkError> {
         let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         let mut packet = NetlinkMessage::new(
             NetlinkHeader::default(),
@@ -243,7 +298,9 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         packet.header.flags = NLM_F_REQUEST | flags;
         let mut attempt = 1;
         loop {
-            match self.request_once(&mut packet) {
+            let mut state = init();
+            match self.request_once(&mut packet, &mut |raw| step(&mut state, raw)) {
+                Ok(()) => return Ok(state),
                 Err(NetlinkError::DumpInterrupted(_)) if dump && attempt < DUMP_ATTEMPTS => {
                     log::debug!("netlink dump interrupted, attempt {attempt}, retrying");
                     attempt += 1;
@@ -251,7 +308,7 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
                 Err(NetlinkError::DumpInterrupted(_)) => {
                     return Err(NetlinkError::DumpInterrupted(attempt))
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -303,15 +360,20 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             Some(Side::Parent) => Ok(()),
             None => {
                 packet.header.flags |= NLM_F_ACK;
-                self.request_once(&mut packet).map(drop)
+                self.request_once(&mut packet, &mut |_| Ok(()))
             }
         }
     }
 
+    /// One attempt: sends `packet` and hands every data message of the
+    /// answer to `on_data`, until the ACK, `NLMSG_DONE` or the one reply of
+    /// a plain request. A dump the kernel flagged inconsistent ends in
+    /// [`NetlinkError::DumpInterrupted`] once read to its end.
     fn request_once(
         &mut self,
         packet: &mut NetlinkMessage<P::Request>,
-    ) -> Result<Vec<P::Reply>, NetlinkError> {
+        on_data: &mut dyn FnMut(&[u8]) -> Result<(), NetlinkError>,
+    ) -> Result<(), NetlinkError> {
         let sequence = self.next_sequence();
         packet.header.sequence_number = sequence;
         packet.finalize();
@@ -321,34 +383,34 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         self.send(&bytes)?;
 
         let expects_ack = packet.header.flags & NLM_F_ACK != 0;
-        let mut replies = Vec::new();
         let mut interrupted = false;
         loop {
             self.receive_datagram()?;
             for raw in split_datagram(&self.recv_buffer)? {
-                if NetlinkBuffer::new(raw).sequence_number() != sequence {
+                let header = NetlinkBuffer::new(raw);
+                if header.sequence_number() != sequence {
                     log::debug!(
                         "netlink: skipping reply with sequence {}",
-                        NetlinkBuffer::new(raw).sequence_number()
+                        header.sequence_number()
                     );
+                    continue;
+                }
+                let reply_flags = header.flags();
+                if reply_flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                if header.message_type() >= NLMSG_MIN_TYPE {
+                    on_data(raw)?;
+                    if reply_flags & NLM_F_MULTIPART == 0 && !expects_ack {
+                        return Ok(());
+                    }
                     continue;
                 }
                 let reply = NetlinkMessage::<P::Reply>::deserialize(raw)
                     .map_err(|e| NetlinkError::Decode(e.to_string()))?;
-                log::trace!("netlink recv: {reply:?}");
-                let reply_flags = reply.header.flags;
-                if reply_flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
                 match reply.payload {
-                    NetlinkPayload::InnerMessage(inner) => {
-                        replies.push(inner);
-                        if reply_flags & NLM_F_MULTIPART == 0 && !expects_ack {
-                            return Ok(replies);
-                        }
-                    }
                     NetlinkPayload::Error(error) => match error.code {
-                        None => return finish(replies, interrupted),
+                        None => return finish(interrupted),
                         Some(code) => {
                             return Err(kernel_error(code.get(), reply_flags, &error.header))
                         }
@@ -360,7 +422,7 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
                                 message: extended_ack_message(&done.extended_ack),
                             });
                         }
-                        return finish(replies, interrupted);
+                        return finish(interrupted);
                     }
                     NetlinkPayload::Noop => {}
                     NetlinkPayload::Overrun(_) => {
@@ -407,6 +469,8 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             }
             descriptions.insert(sequence, message.description);
         }
+        self.make_room_for_acks(pending.len())?;
+        self.make_room_to_send(bytes.len())?;
         self.send(&bytes)?;
 
         let mut failure = None;
@@ -438,6 +502,45 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             }
         }
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Makes the receive buffer big enough for `acks` answers queued at
+    /// once. The kernel answers a whole batch before the caller reads
+    /// anything, and each answer takes about `ACK_TRUESIZE` of the buffer:
+    /// past a few hundred (a GC deleting many rules, a pod with hundreds of
+    /// port mappings) the default buffer overflows and the read fails with
+    /// `ENOBUFS`. `SO_RCVBUFFORCE` (a plugin has `CAP_NET_ADMIN`) passes
+    /// the `rmem_max` cap, `SO_RCVBUF` is the fallback. Small batches, all
+    /// a pod's ADD makes, cost no system call.
+    fn make_room_for_acks(&mut self, acks: usize) -> Result<(), NetlinkError> {
+        let wanted = acks.saturating_mul(ACK_TRUESIZE);
+        if wanted <= self.recv_room {
+            return Ok(());
+        }
+        // The kernel doubles the value it is given.
+        let asked = (wanted / 2).min(i32::MAX as usize);
+        setsockopt(&self.socket, sockopt::RcvBufForce, &asked)
+            .or_else(|_| setsockopt(&self.socket, sockopt::RcvBuf, &asked))
+            .map_err(|e| socket_error("SO_RCVBUF")(e.into()))?;
+        self.recv_room = wanted;
+        Ok(())
+    }
+
+    /// Makes the send buffer big enough for one datagram of `bytes`: the
+    /// kernel refuses a datagram larger than it (`EMSGSIZE`), and a batch
+    /// is one datagram. Only batches of thousands of rules need this.
+    fn make_room_to_send(&mut self, bytes: usize) -> Result<(), NetlinkError> {
+        // The kernel keeps a little of the buffer for itself.
+        let wanted = bytes.saturating_add(SEND_HEADROOM);
+        if wanted <= self.send_room {
+            return Ok(());
+        }
+        let asked = (wanted / 2).saturating_add(1).min(i32::MAX as usize);
+        setsockopt(&self.socket, sockopt::SndBufForce, &asked)
+            .or_else(|_| setsockopt(&self.socket, sockopt::SndBuf, &asked))
+            .map_err(|e| socket_error("SO_SNDBUF")(e.into()))?;
+        self.send_room = wanted;
+        Ok(())
     }
 
     fn send(&self, bytes: &[u8]) -> Result<(), NetlinkError> {
@@ -479,11 +582,11 @@ fn socket_error(op: &'static str) -> impl Fn(io::Error) -> NetlinkError {
     move |source| NetlinkError::Socket { op, source }
 }
 
-fn finish<R>(replies: Vec<R>, interrupted: bool) -> Result<Vec<R>, NetlinkError> {
+fn finish(interrupted: bool) -> Result<(), NetlinkError> {
     if interrupted {
         Err(NetlinkError::DumpInterrupted(1))
     } else {
-        Ok(replies)
+        Ok(())
     }
 }
 

@@ -40,7 +40,9 @@ pub mod userdata;
 #[cfg(test)]
 mod tests;
 
-use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP};
+use std::borrow::Cow;
+
+use netlink_packet_core::{NetlinkBuffer, NLM_F_ACK, NLM_F_DUMP};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, GenMessage, NfTablesMessage, RuleAttribute, RuleMessage,
 };
@@ -73,6 +75,9 @@ pub const IFNAMSIZ: usize = 16;
 pub const ATTEMPTS: u32 = 3;
 
 const NFNL_SUBSYS_NFTABLES: u8 = 10;
+const NETLINK_HEADER_LEN: usize = 16;
+/// `sizeof(struct nfgenmsg)`.
+const NFGENMSG_LEN: usize = 4;
 const NFT_MSG_NEWCHAIN: u8 = 3;
 const NFT_MSG_NEWRULE: u8 = 6;
 const NFTA_CHAIN_HOOK: u16 = 4;
@@ -185,6 +190,17 @@ pub struct ListedRule {
 }
 
 impl ListedRule {
+    fn view(&self) -> ListedRuleRef<'_> {
+        ListedRuleRef {
+            family: self.family,
+            table: Cow::Borrowed(&self.table),
+            chain: Cow::Borrowed(&self.chain),
+            handle: self.handle,
+            userdata: &self.userdata,
+            expressions: &self.expressions,
+        }
+    }
+
     /// The rule's comment, without its NUL.
     pub fn comment(&self) -> Option<&[u8]> {
         userdata::find(&self.userdata, userdata::COMMENT)
@@ -193,22 +209,68 @@ impl ListedRule {
     /// The expressions, when all of them are ones [`Expr`] describes as
     /// this module writes them; `None` for anything else.
     pub fn expressions(&self) -> Option<Vec<Expr>> {
-        expr::decode_list(&self.expressions)
+        self.view().expressions()
     }
 
     /// The chain the rule jumps or goes to, read from its last expression
     /// alone, so it is found whatever else the rule holds.
     pub fn verdict_chain(&self) -> Option<String> {
-        match expr::decode_last(&self.expressions)? {
-            Expr::Verdict(Verdict::Jump(chain) | Verdict::Goto(chain)) => Some(chain),
-            _ => None,
-        }
+        self.view().verdict_chain()
     }
 
     /// The raw `NFTA_RULE_EXPRESSIONS`, to compare a rule with one another
     /// program wrote.
     pub fn raw_expressions(&self) -> &[u8] {
         &self.expressions
+    }
+}
+
+/// A rule of a listing while it is read, borrowing the kernel's message:
+/// what [`NfTablesSocket::list_rules_where`] shows its filter, so that only
+/// the rules kept are copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedRuleRef<'a> {
+    pub family: Family,
+    pub table: Cow<'a, str>,
+    pub chain: Cow<'a, str>,
+    pub handle: u64,
+    /// The raw userdata; empty when there is none.
+    pub userdata: &'a [u8],
+    expressions: &'a [u8],
+}
+
+impl<'a> ListedRuleRef<'a> {
+    /// The rule's comment, without its NUL.
+    pub fn comment(&self) -> Option<&'a [u8]> {
+        userdata::find(self.userdata, userdata::COMMENT)
+    }
+
+    /// As [`ListedRule::expressions`].
+    pub fn expressions(&self) -> Option<Vec<Expr>> {
+        expr::decode_list(self.expressions)
+    }
+
+    /// As [`ListedRule::verdict_chain`].
+    pub fn verdict_chain(&self) -> Option<String> {
+        match expr::decode_last(self.expressions)? {
+            Expr::Verdict(Verdict::Jump(chain) | Verdict::Goto(chain)) => Some(chain),
+            _ => None,
+        }
+    }
+
+    pub fn raw_expressions(&self) -> &'a [u8] {
+        self.expressions
+    }
+
+    pub fn to_owned(&self) -> ListedRule {
+        ListedRule {
+            family: self.family,
+            table: self.table.to_string(),
+            chain: self.chain.to_string(),
+            handle: self.handle,
+            userdata: self.userdata.to_vec(),
+            expressions: self.expressions.to_vec(),
+        }
     }
 }
 
@@ -311,6 +373,20 @@ impl NfTablesSocket {
         table: &str,
         chain: Option<&str>,
     ) -> Result<Vec<ListedRule>, NfTablesError> {
+        self.list_rules_where(family, table, chain, |_| true)
+    }
+
+    /// The rules [`list_rules`](Self::list_rules) would list for which
+    /// `keep` holds. Rules are read in place and only those kept are
+    /// copied: a chain with a rule per pod costs its reading, not an
+    /// allocation per rule.
+    pub fn list_rules_where(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: Option<&str>,
+        mut keep: impl FnMut(&ListedRuleRef<'_>) -> bool,
+    ) -> Result<Vec<ListedRule>, NfTablesError> {
         let mut filter = vec![RuleAttribute::Table(table.to_string())];
         if let Some(chain) = chain {
             filter.push(RuleAttribute::Chain(chain.to_string()));
@@ -319,24 +395,32 @@ impl NfTablesSocket {
             family.proto(),
             NfTablesMessage::GetRule(RuleMessage { attributes: filter }),
         );
-        let replies = match self.socket.request(request, NLM_F_DUMP) {
-            Ok(replies) => replies,
-            Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
+        let listed = self
+            .socket
+            .request_fold(request, NLM_F_DUMP, Vec::new, |kept, raw| {
+                let Some(rule) = listed_rule_in(raw) else {
+                    return Ok(());
+                };
+                // Old kernels ignore the dump filter: check it here.
+                if rule.family == family
+                    && rule.table == table
+                    && chain.is_none_or(|c| rule.chain == c)
+                    && keep(&rule)
+                {
+                    kept.push(rule.to_owned());
+                }
+                Ok(())
+            });
+        match listed {
+            Ok(listed) => Ok(listed),
+            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(Vec::new()),
             Err(e) => {
                 let what = chain.map(|c| format!(" {c}")).unwrap_or_default();
-                return Err(e
+                Err(e
                     .context(format!("list {} {table}{what}", family.name()))
-                    .into());
+                    .into())
             }
-        };
-        Ok(replies
-            .into_iter()
-            .filter(|r| r.subsystem == NFNL_SUBSYS_NFTABLES && r.message_type == NFT_MSG_NEWRULE)
-            .filter(|r| Family::from_nfproto(r.family) == Some(family))
-            .filter_map(|r| listed_rule(family, &r.attributes))
-            // Old kernels ignore the dump filter: check it here.
-            .filter(|r| r.table == table && chain.is_none_or(|c| r.chain == c))
-            .collect())
+        }
     }
 
     /// The chain, if it exists, with its hook when it is a base chain.
@@ -384,24 +468,37 @@ fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMes
     NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), inner)
 }
 
+/// A rule from a whole dump message (netlink header included); `None`
+/// for another message or a rule without a handle.
+fn listed_rule_in(raw: &[u8]) -> Option<ListedRuleRef<'_>> {
+    let header = NetlinkBuffer::new_checked(raw).ok()?;
+    let [subsystem, message_type] = header.message_type().to_be_bytes();
+    if subsystem != NFNL_SUBSYS_NFTABLES || message_type != NFT_MSG_NEWRULE {
+        return None;
+    }
+    let payload = raw.get(NETLINK_HEADER_LEN..header.length() as usize)?;
+    let family = Family::from_nfproto(*payload.first()?)?;
+    listed_rule(family, payload.get(NFGENMSG_LEN..)?)
+}
+
 /// A rule from a dump message's attributes; `None` without a handle.
-fn listed_rule(family: Family, attrs: &[u8]) -> Option<ListedRule> {
-    let mut rule = ListedRule {
+fn listed_rule(family: Family, attrs: &[u8]) -> Option<ListedRuleRef<'_>> {
+    let mut rule = ListedRuleRef {
         family,
-        table: String::new(),
-        chain: String::new(),
+        table: Cow::Borrowed(""),
+        chain: Cow::Borrowed(""),
         handle: 0,
-        userdata: Vec::new(),
-        expressions: Vec::new(),
+        userdata: &[],
+        expressions: &[],
     };
     let mut handle = None;
     for (kind, value) in attributes(attrs) {
         match kind {
-            NFTA_RULE_TABLE => rule.table = attributes::string(value),
-            NFTA_RULE_CHAIN => rule.chain = attributes::string(value),
+            NFTA_RULE_TABLE => rule.table = attributes::str_lossy(value),
+            NFTA_RULE_CHAIN => rule.chain = attributes::str_lossy(value),
             NFTA_RULE_HANDLE => handle = be_u64(value),
-            NFTA_RULE_EXPRESSIONS => rule.expressions = value.to_vec(),
-            NFTA_RULE_USERDATA => rule.userdata = value.to_vec(),
+            NFTA_RULE_EXPRESSIONS => rule.expressions = value,
+            NFTA_RULE_USERDATA => rule.userdata = value,
             _ => {}
         }
     }

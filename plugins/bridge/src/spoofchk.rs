@@ -190,9 +190,10 @@ fn prerouting_rules(
     comment: &[u8],
 ) -> Result<Vec<u64>, NfTablesError> {
     Ok(socket
-        .list_rules(Family::Bridge, TABLE, Some(PREROUTING_CHAIN))?
+        .list_rules_where(Family::Bridge, TABLE, Some(PREROUTING_CHAIN), |r| {
+            r.comment() == Some(comment)
+        })?
         .into_iter()
-        .filter(|r| r.comment() == Some(comment))
         .map(|r| r.handle)
         .collect())
 }

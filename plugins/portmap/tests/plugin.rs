@@ -540,3 +540,50 @@ fn repeated_add_nftables() {
 fn repeated_add_replaces_iptables() {
     repeated_add(Backend::Iptables);
 }
+
+/// A pod with hundreds of port mappings makes one batch of thousands of
+/// rules: more than a netlink socket's default buffers take in one
+/// datagram (`EMSGSIZE` on send) or acknowledge at once (`ENOBUFS`). ADD,
+/// CHECK and DEL all work, and DEL leaves nothing.
+fn many_mappings(backend: Backend) {
+    let host = TestNetns::new("pmmany");
+    let prev = fake_result("/run/netns/x", "10.99.0.2/24", Some("fd00:99::2/64"));
+    let mappings: Vec<Value> = (0..500)
+        .map(|n| json!({"hostPort": 30000 + n, "containerPort": 8000 + n, "protocol": "tcp"}))
+        .collect();
+    let conf = portmap_conf(Some(backend), &prev, Value::from(mappings));
+    let rules = || match backend {
+        Backend::Nftables => nft_ruleset(&host),
+        Backend::Iptables => format!(
+            "{}{}",
+            iptables_rules(&host),
+            normalize_save(&ns_cmd(&host, "ip6tables-save", &["-t", "nat"]))
+        ),
+    };
+    call(&host, "ADD", "ctr-many", &conf).assert_ok();
+    let added = rules();
+    for n in [30000, 30250, 30499] {
+        // One DNAT per family for each mapping.
+        let dnat = added
+            .lines()
+            .filter(|l| l.contains(&format!("dport {n} ")))
+            .filter(|l| l.contains("DNAT") || l.contains("dnat"))
+            .count();
+        assert_eq!(dnat, 2, "port {n} in\n{added}");
+    }
+    call(&host, "CHECK", "ctr-many", &conf).assert_ok();
+    call(&host, "DEL", "ctr-many", &conf).assert_ok();
+    let left = rules();
+    assert!(!left.contains("dport 30"), "{left}");
+    assert!(!left.contains("ctr-many"), "{left}");
+}
+
+#[test]
+fn many_mappings_nftables() {
+    many_mappings(Backend::Nftables);
+}
+
+#[test]
+fn many_mappings_iptables() {
+    many_mappings(Backend::Iptables);
+}

@@ -34,9 +34,9 @@
 use ipnetwork::IpNetwork;
 use libcni::nftables::userdata;
 use libcni::nftables::{
-    retry_if_vanished, BaseChain, Batch, CmpOp, Expr, Family, Hook, ListedRule, MetaKey,
-    NfTablesError, NfTablesSocket, PayloadBase, Rule, Verdict, HOOK_POSTROUTING, NFPROTO_IPV4,
-    NFPROTO_IPV6,
+    retry_if_vanished, BaseChain, Batch, CmpOp, Expr, Family, Hook, ListedRule, ListedRuleRef,
+    MetaKey, NfTablesError, NfTablesSocket, PayloadBase, Rule, Verdict, HOOK_POSTROUTING,
+    NFPROTO_IPV4, NFPROTO_IPV6,
 };
 use libcni::plugin_conf::GcAttachment;
 
@@ -76,7 +76,11 @@ pub(crate) fn setup(
     let comment = nft_rule_comment(network, ifname, container_id);
     let mut socket = NfTablesSocket::open()?;
     retry_if_vanished(NfTablesError::errno, || {
-        let listed = socket.list_rules(Family::Inet, TABLE, None)?;
+        // `masq_checks` holds a rule per pod: only this attachment's are
+        // kept from the listing.
+        let listed = socket.list_rules_where(Family::Inet, TABLE, None, |r| {
+            r.chain == POSTROUTING_CHAIN || is_attachment_rule(r, instance.as_bytes())
+        })?;
         let masq_chain = socket.get_chain(Family::Inet, TABLE, MASQ_CHAIN)?;
         let postrouting = socket.get_chain(Family::Inet, TABLE, POSTROUTING_CHAIN)?;
         let mut batch = Batch::new();
@@ -133,9 +137,11 @@ pub(crate) fn teardown(
     let instance = nft_instance_hash(network, ifname, container_id);
     let mut socket = NfTablesSocket::open()?;
     retry_if_vanished(NfTablesError::errno, || {
-        let listed = socket.list_rules(Family::Inet, TABLE, Some(MASQ_CHAIN))?;
+        let listed = socket.list_rules_where(Family::Inet, TABLE, Some(MASQ_CHAIN), |r| {
+            is_attachment_rule(r, instance.as_bytes())
+        })?;
         let mut batch = Batch::new();
-        for rule in attachment_rules(&listed, instance.as_bytes()) {
+        for rule in &listed {
             batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
         socket.commit(batch)
@@ -153,20 +159,26 @@ pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), NfTablesEr
     let mut socket = NfTablesSocket::open()?;
     retry_if_vanished(NfTablesError::errno, || {
         let mut batch = Batch::new();
-        for rule in socket.list_rules(Family::Inet, TABLE, Some(MASQ_CHAIN))? {
-            let Some(comment) = rule.comment() else {
-                continue;
-            };
-            if comment.starts_with(network_hash.as_bytes()) && !valid.iter().any(|v| v == comment) {
-                batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
-            }
+        let stale = socket.list_rules_where(Family::Inet, TABLE, Some(MASQ_CHAIN), |r| {
+            r.comment().is_some_and(|comment| {
+                comment.starts_with(network_hash.as_bytes()) && !valid.iter().any(|v| v == comment)
+            })
+        })?;
+        for rule in stale {
+            batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
         socket.commit(batch)
     })?;
     Ok(())
 }
 
-/// The `masq_checks` rules whose comment starts with `prefix`.
+/// Whether `rule` is a `masq_checks` rule whose comment starts with
+/// `prefix` (the attachment's hash).
+fn is_attachment_rule(rule: &ListedRuleRef<'_>, prefix: &[u8]) -> bool {
+    rule.chain == MASQ_CHAIN && rule.comment().is_some_and(|c| c.starts_with(prefix))
+}
+
+/// The listed `masq_checks` rules of the attachment whose hash is `prefix`.
 fn attachment_rules<'a>(
     listed: &'a [ListedRule],
     prefix: &'a [u8],

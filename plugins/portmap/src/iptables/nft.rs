@@ -259,10 +259,12 @@ pub(crate) fn forward(
         match socket.get_chain(nft, NAT_TABLE, &chain)? {
             None => batch.add_chain(nft, NAT_TABLE, &chain, None, None),
             Some(_) => {
-                for rule in socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))? {
-                    if rule.verdict_chain().as_deref() == Some(chain.as_str()) {
-                        batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
-                    }
+                let jumps =
+                    socket.list_rules_where(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN), |r| {
+                        r.verdict_chain().as_deref() == Some(chain.as_str())
+                    })?;
+                for rule in jumps {
+                    batch.delete_rule(nft, NAT_TABLE, TOP_LEVEL_DNAT_CHAIN, rule.handle);
                 }
                 batch.flush_chain(nft, NAT_TABLE, &chain);
             }
@@ -301,9 +303,19 @@ pub(crate) fn remove_chains(
             let jumps = info.use_count.saturating_sub(own_rules);
             let mut found = 0;
             if jumps > 0 {
+                // CNI-HOSTPORT-DNAT holds a jump per pod: only the jumps
+                // to `chains` are kept from its listing.
                 let top = match top_rules.take() {
                     Some(rules) => rules,
-                    None => socket.list_rules(nft, NAT_TABLE, Some(TOP_LEVEL_DNAT_CHAIN))?,
+                    None => socket.list_rules_where(
+                        nft,
+                        NAT_TABLE,
+                        Some(TOP_LEVEL_DNAT_CHAIN),
+                        |r| {
+                            r.verdict_chain()
+                                .is_some_and(|c| chains.contains(&c.as_str()))
+                        },
+                    )?,
                 };
                 for rule in &top {
                     if rule.verdict_chain().as_deref() == Some(*chain) {

@@ -153,6 +153,21 @@ pub fn parse_rule_userdata(bytes: &[u8]) -> RuleTags {
     }
 }
 
+/// Whether the `kind` text record of `userdata` can read as `wanted` (as
+/// [`userdata::text`] reads it): a byte comparison, which only leaves the
+/// decision to that reading when the record is not valid UTF-8.
+fn may_be_text(userdata: &[u8], kind: u8, wanted: &str) -> bool {
+    let Some(value) = userdata::find(userdata, kind) else {
+        return false;
+    };
+    let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
+    let value = value.get(..end).unwrap_or_default();
+    match std::str::from_utf8(value) {
+        Ok(text) => text == wanted,
+        Err(_) => true,
+    }
+}
+
 /// What a base chain rule says, as a short hash of its text: a rule
 /// carrying the fingerprint of the rule an ADD would write needs no
 /// rewriting.
@@ -442,9 +457,18 @@ impl NftMapper {
     /// the kernel dumps only the first matching table, so an unspecified
     /// family would miss `ip6`.)
     pub fn list_rules(&mut self) -> Result<Vec<ListedRule>, NftError> {
+        self.list_rules_tagged(|_| true)
+    }
+
+    /// [`list_rules`](Self::list_rules), keeping only the rules whose
+    /// userdata `may_keep` accepts.
+    fn list_rules_tagged(
+        &mut self,
+        mut may_keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<ListedRule>, NftError> {
         let mut rules = Vec::new();
         for family in Family::ALL {
-            rules.extend(self.list(family, None)?);
+            rules.extend(self.list_where(family, None, &mut may_keep)?);
         }
         Ok(rules)
     }
@@ -452,9 +476,22 @@ impl NftMapper {
     /// The rules of `chain` (of the whole table with `None`) in `family`;
     /// a missing table or chain lists as no rules.
     fn list(&mut self, family: Family, chain: Option<&str>) -> Result<Vec<ListedRule>, NftError> {
+        self.list_where(family, chain, |_| true)
+    }
+
+    /// [`list`](Self::list) of the rules whose raw userdata `may_keep`
+    /// accepts: the per-container chains hold a rule per mapping of every
+    /// pod, and DEL and GC read them through this filter so that the rules
+    /// of other pods are not copied.
+    fn list_where(
+        &mut self,
+        family: Family,
+        chain: Option<&str>,
+        mut may_keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<ListedRule>, NftError> {
         let listed = self
             .socket
-            .list_rules(nft_family(family), TABLE, chain)
+            .list_rules_where(nft_family(family), TABLE, chain, |r| may_keep(r.userdata))
             .map_err(NftError::List)?;
         Ok(listed
             .into_iter()
@@ -542,22 +579,35 @@ impl NftMapper {
     /// Deletes the container's rules in both families; nothing to delete
     /// (or no table) is success.
     pub fn unforward(&mut self, network: &str, container_id: &str) -> Result<(), NftError> {
-        self.delete_where(|r| r.belongs_to(network, container_id))
+        self.delete_where(
+            |userdata| may_be_text(userdata, userdata::COMMENT, container_id),
+            |r| r.belongs_to(network, container_id),
+        )
     }
 
     /// Deletes the rules this network made for containers not in `valid`.
     pub fn gc(&mut self, network: &str, valid: &BTreeSet<String>) -> Result<(), NftError> {
-        self.delete_where(|r| {
-            CONTAINER_CHAINS.contains(&r.chain.as_str())
-                && r.network.as_deref() == Some(network)
-                && r.comment.as_ref().is_some_and(|c| !valid.contains(c))
-        })
+        self.delete_where(
+            |userdata| may_be_text(userdata, userdata::NETWORK, network),
+            |r| {
+                CONTAINER_CHAINS.contains(&r.chain.as_str())
+                    && r.network.as_deref() == Some(network)
+                    && r.comment.as_ref().is_some_and(|c| !valid.contains(c))
+            },
+        )
     }
 
-    fn delete_where(&mut self, doomed: impl Fn(&ListedRule) -> bool) -> Result<(), NftError> {
+    /// Deletes the rules for which `doomed` holds, reading only those
+    /// whose userdata `may_be_doomed` accepts.
+    fn delete_where(
+        &mut self,
+        may_be_doomed: impl Fn(&[u8]) -> bool,
+        doomed: impl Fn(&ListedRule) -> bool,
+    ) -> Result<(), NftError> {
         retry_if_vanished(NftError::errno, || {
             let mut batch = Batch::new();
-            for rule in self.list_rules()?.iter().filter(|r| doomed(r)) {
+            let listed = self.list_rules_tagged(&may_be_doomed)?;
+            for rule in listed.iter().filter(|r| doomed(r)) {
                 rule.delete(&mut batch);
             }
             self.socket.commit(batch).map_err(NftError::Delete)

@@ -325,3 +325,34 @@ fn existing_chains_are_not_created_again() {
     existing.insert(OUTPUT_CHAIN.to_string(), Some((3, 0)));
     assert_eq!(new_chains(&existing), 2);
 }
+
+/// The byte check DEL and GC filter listings with never turns away a rule
+/// the full check would take, and turns away other pods' rules.
+#[test]
+fn the_userdata_prefilter_keeps_every_rule_the_text_reading_matches() {
+    let mut data = Userdata::new();
+    data.push_text(userdata::COMMENT, "ctr-1");
+    data.push_text(userdata::NETWORK, "net");
+    let tagged = data.into_bytes();
+    assert!(may_be_text(&tagged, userdata::COMMENT, "ctr-1"));
+    assert!(may_be_text(&tagged, userdata::NETWORK, "net"));
+    assert!(!may_be_text(&tagged, userdata::COMMENT, "ctr-10"));
+    assert!(!may_be_text(&tagged, userdata::COMMENT, "ctr-"));
+    assert!(!may_be_text(&tagged, userdata::FINGERPRINT, "ctr-1"));
+    assert!(!may_be_text(&[], userdata::COMMENT, "ctr-1"));
+    // Not UTF-8: left to the text reading, which replaces the bad byte.
+    let odd = [userdata::COMMENT, 3, b'a', 0xff, 0];
+    assert_eq!(userdata::text(&odd[2..]), "a\u{fffd}");
+    assert!(may_be_text(&odd, userdata::COMMENT, "a\u{fffd}"));
+    for (blob, wanted) in [
+        (&tagged[..], "ctr-1"),
+        (&odd[..], "a\u{fffd}"),
+        (&tagged[..], "x"),
+    ] {
+        let reads_as = userdata::find(blob, userdata::COMMENT)
+            .map(userdata::text)
+            .as_deref()
+            == Some(wanted);
+        assert!(!reads_as || may_be_text(blob, userdata::COMMENT, wanted));
+    }
+}

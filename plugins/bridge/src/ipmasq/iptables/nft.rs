@@ -171,8 +171,8 @@ fn saved(rule: ListedRule, v4: bool) -> SavedRule {
 }
 
 /// What an operation on `chain` needs of the table: whether `chain` and
-/// POSTROUTING exist, the rules of `chain` and, when `chain` exists, of
-/// POSTROUTING (nothing can jump to a chain that does not exist, so a
+/// POSTROUTING exist, the rules of `chain` and, when `chain` exists, the
+/// rules of POSTROUTING that jump or go to it (nothing can jump to a chain that does not exist, so a
 /// first ADD lists no rules at all). `None` for `chain` reads every rule
 /// of the table (GC).
 pub(crate) fn read(v4: bool, chain: Option<&str>) -> Result<NatTable, IpMasqError> {
@@ -190,7 +190,13 @@ pub(crate) fn read(v4: bool, chain: Option<&str>) -> Result<NatTable, IpMasqErro
             table.chains.insert(chain.to_string());
             let mut rules = socket.list_rules(family, TABLE, Some(chain))?;
             if chain != POSTROUTING {
-                rules.extend(socket.list_rules(family, TABLE, Some(POSTROUTING))?);
+                // POSTROUTING holds a jump per pod; only those to `chain`
+                // matter here.
+                rules.extend(
+                    socket.list_rules_where(family, TABLE, Some(POSTROUTING), |r| {
+                        r.verdict_chain().as_deref() == Some(chain)
+                    })?,
+                );
             }
             rules
         }
