@@ -119,8 +119,10 @@ fn family_gateways(ips: &[v100::IpConfig]) -> (Option<IpAddr>, Option<IpAddr>) {
     (first(true), first(false))
 }
 
-/// Adds the result's addresses and routes to the container interface
-/// `index` (named `ifname`) and sets it up.
+/// Adds the result's addresses to the container interface `index` (named
+/// `ifname`), sets it up and waits for its IPv6 addresses to leave DAD:
+/// the reference's `ConfigureIface` up to its routes, which
+/// [`add_routes`] adds.
 pub fn configure_addresses(
     socket: &mut RouteSocket,
     index: u32,
@@ -141,6 +143,17 @@ pub fn configure_addresses(
     if result.ips.iter().any(|ip| ip.address.is_ipv6()) {
         settle_addresses(socket, index, ifname, DAD_TIMEOUT)?;
     }
+    Ok(())
+}
+
+/// Adds the result's routes to the container interface `index`, each
+/// without a gateway going through its family's first gateway.
+pub fn add_routes(
+    socket: &mut RouteSocket,
+    index: u32,
+    ifname: &str,
+    result: &v100::Result,
+) -> Result<(), BridgeError> {
     let (gw4, gw6) = family_gateways(&result.ips);
     for route in &result.routes {
         let family_gateway = if route.dst.is_ipv4() { gw4 } else { gw6 };

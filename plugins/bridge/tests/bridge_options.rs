@@ -622,3 +622,58 @@ fn container_namespace_must_exist_and_be_a_namespace() {
     assert_eq!(fx.run(not_ns).error_code(), 4);
     assert!(!fx.host_has_link(BRIDGE));
 }
+
+/// The host's NAT rules as text: `iptables-save -t nat` and the nftables
+/// ruleset.
+fn host_nat_rules(fx: &Fixture) -> String {
+    let mut text = String::new();
+    for (program, args) in [
+        ("iptables-save", &["-t", "nat"][..]),
+        ("nft", &["list", "ruleset"][..]),
+    ] {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", fx.host.name(), program])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{program}: {out:?}");
+        text.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    text
+}
+
+/// Routes are the last step of ADD, after the masquerade: a route the
+/// kernel refuses (a gateway on no subnet of the pod) fails the ADD and
+/// undoes everything, the masquerade rules too, with either backend.
+#[test]
+fn a_refused_route_undoes_everything_including_the_masquerade() {
+    for backend in ["iptables", "nftables"] {
+        let fx = Fixture::new("rte");
+        let mut ipam = fx.ipam(&["10.1.2.0/24"]);
+        ipam["routes"] = json!([{"dst": "192.168.77.0/24", "gw": "172.31.9.9"}]);
+        let c = conf(
+            "1.0.0",
+            json!({"ipam": ipam, "isGateway": true, "ipMasq": true, "ipMasqBackend": backend}),
+        );
+        let out = fx.add(&c);
+        assert_eq!(out.error_code(), 999, "{backend}");
+        let msg = out.json()["msg"].as_str().unwrap_or_default().to_string();
+        assert!(msg.contains("failed to add route 192.168.77.0/24"), "{msg}");
+        assert_nothing_left(&fx);
+        let rules = host_nat_rules(&fx);
+        assert!(
+            !rules.contains("10.1.2."),
+            "{backend}: masquerade left:\n{rules}"
+        );
+        // The same network without the bad route works.
+        let c = ipv4(
+            &fx,
+            "1.0.0",
+            json!({"ipMasq": true, "ipMasqBackend": backend}),
+        );
+        fx.add(&c).assert_ok();
+        assert!(host_nat_rules(&fx).contains("10.1.2."), "{backend}");
+        fx.del(&c).assert_ok();
+        assert!(!host_nat_rules(&fx).contains("10.1.2."), "{backend}");
+    }
+}
