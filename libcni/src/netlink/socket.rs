@@ -469,8 +469,15 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             }
             descriptions.insert(sequence, message.description);
         }
-        self.make_room_for_acks(pending.len())?;
-        self.make_room_to_send(bytes.len())?;
+        self.make_room(
+            SocketBuffer::Receive,
+            pending.len().saturating_mul(ACK_TRUESIZE),
+        )?;
+        // The kernel keeps a little of the send buffer for itself.
+        self.make_room(
+            SocketBuffer::Send,
+            bytes.len().saturating_add(SEND_HEADROOM),
+        )?;
         self.send(&bytes)?;
 
         let mut failure = None;
@@ -504,42 +511,43 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Makes the receive buffer big enough for `acks` answers queued at
-    /// once. The kernel answers a whole batch before the caller reads
-    /// anything, and each answer takes about `ACK_TRUESIZE` of the buffer:
-    /// past a few hundred (a GC deleting many rules, a pod with hundreds of
-    /// port mappings) the default buffer overflows and the read fails with
-    /// `ENOBUFS`. `SO_RCVBUFFORCE` (a plugin has `CAP_NET_ADMIN`) passes
-    /// the `rmem_max` cap, `SO_RCVBUF` is the fallback. Small batches, all
-    /// a pod's ADD makes, cost no system call.
-    fn make_room_for_acks(&mut self, acks: usize) -> Result<(), NetlinkError> {
-        let wanted = acks.saturating_mul(ACK_TRUESIZE);
-        if wanted <= self.recv_room {
+    /// Makes the socket's `buffer` hold at least `wanted` bytes. A batch
+    /// is one datagram, which the kernel refuses when it is larger than
+    /// the send buffer (`EMSGSIZE`); and the kernel queues the answer to
+    /// every message of a batch before the caller reads any, each taking
+    /// about [`ACK_TRUESIZE`], so past a few hundred (a GC deleting many
+    /// rules, a pod with hundreds of port mappings) the receive buffer
+    /// overflows (`ENOBUFS`). `SO_*BUFFORCE` (a plugin has
+    /// `CAP_NET_ADMIN`) passes the `*mem_max` cap; the plain option is the
+    /// fallback. What a pod's ADD sends fits the defaults: no system call.
+    fn make_room(&mut self, buffer: SocketBuffer, wanted: usize) -> Result<(), NetlinkError> {
+        let room = match buffer {
+            SocketBuffer::Receive => self.recv_room,
+            SocketBuffer::Send => self.send_room,
+        };
+        if wanted <= room {
             return Ok(());
         }
         // The kernel doubles the value it is given.
-        let asked = (wanted / 2).min(i32::MAX as usize);
-        setsockopt(&self.socket, sockopt::RcvBufForce, &asked)
-            .or_else(|_| setsockopt(&self.socket, sockopt::RcvBuf, &asked))
-            .map_err(|e| socket_error("SO_RCVBUF")(e.into()))?;
-        self.recv_room = wanted;
-        Ok(())
-    }
-
-    /// Makes the send buffer big enough for one datagram of `bytes`: the
-    /// kernel refuses a datagram larger than it (`EMSGSIZE`), and a batch
-    /// is one datagram. Only batches of thousands of rules need this.
-    fn make_room_to_send(&mut self, bytes: usize) -> Result<(), NetlinkError> {
-        // The kernel keeps a little of the buffer for itself.
-        let wanted = bytes.saturating_add(SEND_HEADROOM);
-        if wanted <= self.send_room {
-            return Ok(());
+        let asked = wanted.div_ceil(2).min(i32::MAX as usize);
+        let socket = &self.socket;
+        let (set, name) = match buffer {
+            SocketBuffer::Receive => (
+                setsockopt(socket, sockopt::RcvBufForce, &asked)
+                    .or_else(|_| setsockopt(socket, sockopt::RcvBuf, &asked)),
+                "SO_RCVBUF",
+            ),
+            SocketBuffer::Send => (
+                setsockopt(socket, sockopt::SndBufForce, &asked)
+                    .or_else(|_| setsockopt(socket, sockopt::SndBuf, &asked)),
+                "SO_SNDBUF",
+            ),
+        };
+        set.map_err(|e| socket_error(name)(e.into()))?;
+        match buffer {
+            SocketBuffer::Receive => self.recv_room = wanted,
+            SocketBuffer::Send => self.send_room = wanted,
         }
-        let asked = (wanted / 2).saturating_add(1).min(i32::MAX as usize);
-        setsockopt(&self.socket, sockopt::SndBufForce, &asked)
-            .or_else(|_| setsockopt(&self.socket, sockopt::SndBuf, &asked))
-            .map_err(|e| socket_error("SO_SNDBUF")(e.into()))?;
-        self.send_room = wanted;
         Ok(())
     }
 
@@ -575,6 +583,13 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             }
         }
     }
+}
+
+/// One of a socket's two kernel buffers.
+#[derive(Debug, Clone, Copy)]
+enum SocketBuffer {
+    Receive,
+    Send,
 }
 
 /// A failed socket call, named.

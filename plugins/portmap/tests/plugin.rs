@@ -507,14 +507,7 @@ fn repeated_add(backend: Backend) {
     let host = TestNetns::new("pmra");
     let prev = fake_result("/run/netns/x", "10.99.0.2/24", Some("fd00:99::2/64"));
     let conf = portmap_conf(Some(backend), &prev, one_mapping());
-    let rules = || match backend {
-        Backend::Nftables => nft_ruleset(&host),
-        Backend::Iptables => format!(
-            "{}{}",
-            iptables_rules(&host),
-            normalize_save(&ns_cmd(&host, "ip6tables-save", &["-t", "nat"]))
-        ),
-    };
+    let rules = || ruleset(&host, backend);
     call(&host, "ADD", "ctr-twice", &conf).assert_ok();
     let once = rules();
     call(&host, "ADD", "ctr-twice", &conf).assert_ok();
@@ -552,14 +545,7 @@ fn many_mappings(backend: Backend) {
         .map(|n| json!({"hostPort": 30000 + n, "containerPort": 8000 + n, "protocol": "tcp"}))
         .collect();
     let conf = portmap_conf(Some(backend), &prev, Value::from(mappings));
-    let rules = || match backend {
-        Backend::Nftables => nft_ruleset(&host),
-        Backend::Iptables => format!(
-            "{}{}",
-            iptables_rules(&host),
-            normalize_save(&ns_cmd(&host, "ip6tables-save", &["-t", "nat"]))
-        ),
-    };
+    let rules = || ruleset(&host, backend);
     call(&host, "ADD", "ctr-many", &conf).assert_ok();
     let added = rules();
     for n in [30000, 30250, 30499] {

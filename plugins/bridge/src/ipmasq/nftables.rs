@@ -113,7 +113,8 @@ pub(crate) fn setup(
                 batch.add_rule(Family::Inet, TABLE, POSTROUTING_CHAIN, &rule);
             }
         }
-        for rule in attachment_rules(&listed, instance.as_bytes()) {
+        // The listing kept only this attachment's `masq_checks` rules.
+        for rule in listed.iter().filter(|r| r.chain == MASQ_CHAIN) {
             batch.delete_rule(Family::Inet, TABLE, MASQ_CHAIN, rule.handle);
         }
         for ip in ips {
@@ -176,16 +177,6 @@ pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), NfTablesEr
 /// `prefix` (the attachment's hash).
 fn is_attachment_rule(rule: &ListedRuleRef<'_>, prefix: &[u8]) -> bool {
     rule.chain == MASQ_CHAIN && rule.comment().is_some_and(|c| c.starts_with(prefix))
-}
-
-/// The listed `masq_checks` rules of the attachment whose hash is `prefix`.
-fn attachment_rules<'a>(
-    listed: &'a [ListedRule],
-    prefix: &'a [u8],
-) -> impl Iterator<Item = &'a ListedRule> {
-    listed.iter().filter(move |r| {
-        r.chain == MASQ_CHAIN && r.comment().is_some_and(|c| c.starts_with(prefix))
-    })
 }
 
 /// Whether `postrouting` holds exactly [`postrouting_rules`], in order,

@@ -153,18 +153,23 @@ impl Topology {
         }
     }
 
-    /// The rules of the host as text: the nft ruleset, or the nat tables
-    /// of both iptables families, without counters and timestamps.
+    /// The rules of the host as text (see [`ruleset`]).
     pub fn ruleset(&self, backend: Backend) -> String {
-        match backend {
-            Backend::Nftables => ns_cmd(&self.host, "nft", &["list", "ruleset"]),
-            Backend::Iptables => {
-                let mut text = String::new();
-                for tool in ["iptables-save", "ip6tables-save"] {
-                    text.push_str(&ns_cmd(&self.host, tool, &["-t", "nat"]));
-                }
-                normalize_save(&text)
+        ruleset(&self.host, backend)
+    }
+}
+
+/// The rules of `host` as text: the nft ruleset, or the nat tables of both
+/// iptables families, without counters and timestamps.
+pub fn ruleset(host: &TestNetns, backend: Backend) -> String {
+    match backend {
+        Backend::Nftables => ns_cmd(host, "nft", &["list", "ruleset"]),
+        Backend::Iptables => {
+            let mut text = String::new();
+            for tool in ["iptables-save", "ip6tables-save"] {
+                text.push_str(&ns_cmd(host, tool, &["-t", "nat"]));
             }
+            normalize_save(&text)
         }
     }
 }
