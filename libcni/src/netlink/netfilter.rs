@@ -15,7 +15,7 @@ use netlink_sys::protocols::NETLINK_NETFILTER;
 use super::socket::{NetlinkFamily, NetlinkSocket};
 
 /// `sizeof(struct nfgenmsg)`.
-const NFGENMSG_LEN: usize = 4;
+pub(crate) const NFGENMSG_LEN: usize = 4;
 
 /// The `NETLINK_NETFILTER` family.
 #[derive(Debug)]

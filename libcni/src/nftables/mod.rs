@@ -51,6 +51,7 @@ use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProto
 use nix::errno::Errno;
 
 use crate::netlink::attributes::{self, attributes, be_u32, be_u64};
+use crate::netlink::netfilter::NFGENMSG_LEN;
 use crate::netlink::{BatchMessage, NetlinkError, NfnlSocket};
 
 pub use batch::{Batch, Rule};
@@ -75,9 +76,6 @@ pub const IFNAMSIZ: usize = 16;
 pub const ATTEMPTS: u32 = 3;
 
 const NFNL_SUBSYS_NFTABLES: u8 = 10;
-const NETLINK_HEADER_LEN: usize = 16;
-/// `sizeof(struct nfgenmsg)`.
-const NFGENMSG_LEN: usize = 4;
 const NFT_MSG_NEWCHAIN: u8 = 3;
 const NFT_MSG_NEWRULE: u8 = 6;
 const NFTA_CHAIN_HOOK: u16 = 4;
@@ -203,7 +201,7 @@ impl ListedRule {
 
     /// The rule's comment, without its NUL.
     pub fn comment(&self) -> Option<&[u8]> {
-        userdata::find(&self.userdata, userdata::COMMENT)
+        self.view().comment()
     }
 
     /// The expressions, when all of them are ones [`Expr`] describes as
@@ -471,12 +469,13 @@ fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMes
 /// A rule from a whole dump message (netlink header included); `None`
 /// for another message or a rule without a handle.
 fn listed_rule_in(raw: &[u8]) -> Option<ListedRuleRef<'_>> {
+    // new_checked makes `payload` safe: the length fits the buffer.
     let header = NetlinkBuffer::new_checked(raw).ok()?;
     let [subsystem, message_type] = header.message_type().to_be_bytes();
     if subsystem != NFNL_SUBSYS_NFTABLES || message_type != NFT_MSG_NEWRULE {
         return None;
     }
-    let payload = raw.get(NETLINK_HEADER_LEN..header.length() as usize)?;
+    let payload = header.payload();
     let family = Family::from_nfproto(*payload.first()?)?;
     listed_rule(family, payload.get(NFGENMSG_LEN..)?)
 }

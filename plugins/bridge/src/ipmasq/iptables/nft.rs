@@ -172,8 +172,8 @@ fn saved(rule: ListedRule, v4: bool) -> SavedRule {
 
 /// What an operation on `chain` needs of the table: whether `chain` and
 /// POSTROUTING exist, the rules of `chain` and, when `chain` exists, the
-/// rules of POSTROUTING that jump or go to it (nothing can jump to a chain that does not exist, so a
-/// first ADD lists no rules at all). `None` for `chain` reads every rule
+/// rules of POSTROUTING that jump or go to it (nothing can jump to a chain
+/// that does not exist, so a first ADD lists no rules at all). `None` for `chain` reads every rule
 /// of the table (GC).
 pub(crate) fn read(v4: bool, chain: Option<&str>) -> Result<NatTable, IpMasqError> {
     let family = family(v4);
