@@ -206,19 +206,10 @@ pub fn gc(config: &StoreConfig, valid: &[(&str, &str)]) -> Result<(), Error> {
     let Some(store) = open_existing(config)? else {
         return Ok(());
     };
-    let attachments: HashSet<(&str, &str)> = valid
-        .iter()
-        .map(|(id, ifname)| (id.trim(), *ifname))
-        .collect();
-    let containers: HashSet<&str> = attachments.iter().map(|(id, _)| *id).collect();
-    let keep = |owner: &LeaseOwner| match owner {
-        LeaseOwner::Attachment {
-            container_id,
-            ifname,
-        } => attachments.contains(&(container_id.as_str(), ifname.as_str())),
-        LeaseOwner::Container(id) => containers.contains(id.as_str()),
-    };
-    let report = store.lock(config.range_sets)?.gc(keep)?;
+    let valid = ValidAttachments::new(valid);
+    let report = store
+        .lock(config.range_sets)?
+        .gc(|owner| valid.keeps(owner))?;
     for lease in &report.released {
         log::info!(
             "network {}: GC released {} (held by {:?})",
@@ -231,6 +222,41 @@ pub fn gc(config: &StoreConfig, valid: &[(&str, &str)]) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::Gc(report.errors))
+    }
+}
+
+/// The leases a GC keeps: those of a valid attachment, and legacy leases
+/// (naming only a container) of a container with any valid attachment.
+#[derive(Debug, Clone)]
+pub struct ValidAttachments<'a> {
+    attachments: HashSet<(&'a str, &'a str)>,
+    containers: HashSet<&'a str>,
+}
+
+impl<'a> ValidAttachments<'a> {
+    /// From (container ID, ifname) pairs as the runtime sent them.
+    pub fn new(valid: &[(&'a str, &'a str)]) -> ValidAttachments<'a> {
+        let attachments: HashSet<(&str, &str)> = valid
+            .iter()
+            .map(|(id, ifname)| (id.trim(), *ifname))
+            .collect();
+        let containers = attachments.iter().map(|(id, _)| *id).collect();
+        ValidAttachments {
+            attachments,
+            containers,
+        }
+    }
+
+    pub fn keeps(&self, owner: &LeaseOwner) -> bool {
+        match owner {
+            LeaseOwner::Attachment {
+                container_id,
+                ifname,
+            } => self
+                .attachments
+                .contains(&(container_id.as_str(), ifname.as_str())),
+            LeaseOwner::Container(id) => self.containers.contains(id.as_str()),
+        }
     }
 }
 

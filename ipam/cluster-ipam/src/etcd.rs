@@ -1,0 +1,621 @@
+//! The pool's etcd side: one blocking facade over the etcd v3 client, used
+//! only when a call must talk to etcd (a block claim, a requested address
+//! outside the node's blocks, GC, STATUS without local room).
+//!
+//! Why etcd-client on a current-thread tokio runtime: it is the kept v3
+//! client of the Rust ecosystem (gRPC over tonic, rustls for TLS, so the
+//! static musl build links no OpenSSL). Its cost is paid only by calls that
+//! reach etcd: the runtime is built lazily, and an ADD inside the node's
+//! blocks never constructs it. Measured: the shipped static binary is
+//! about 2.5 MB (host-local's is under 1 MB), and a call that does not
+//! touch etcd faults in only the pages it runs (see docs/cluster-ipam.md
+//! for the figures).
+//!
+//! Every request has the call's one deadline (`etcd.timeoutMs` from the
+//! first request). Endpoints are tried one at a time, starting at one that
+//! depends on the node name; a refused connection, a member without a
+//! leader (`require_leader`), or a request that fails in transport moves
+//! to the next endpoint. Every operation here is safe to repeat: a
+//! transaction whose answer was lost is found out by its compare failing,
+//! and the caller then reads what is there.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KvClient,
+    TlsOptions, Txn, TxnOp, TxnOpResponse,
+};
+use ipnetwork::IpNetwork;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{EtcdConfig, Grid};
+use crate::keys::PoolKeys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No endpoint answered within the deadline.
+    #[error("etcd unreachable within {timeout:?} (endpoints {endpoints}): {last}")]
+    Unreachable {
+        endpoints: String,
+        timeout: Duration,
+        last: String,
+    },
+    /// etcd answered and refused: credentials, permissions, a request it
+    /// finds invalid.
+    #[error("etcd at {endpoint} refused the request: {message}")]
+    Refused { endpoint: String, message: String },
+    #[error("failed to read etcd.{key} {path}: {source}")]
+    File {
+        key: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("failed to start the etcd client runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("etcd holds an unreadable value under {key}: {detail}")]
+    BadValue { key: String, detail: String },
+}
+
+/// The value of a block key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockValue {
+    pub node: String,
+}
+
+/// The value of an address key: who asked for the address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpValue {
+    pub node: String,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// The value of a node's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub leases: u64,
+    pub blocks: u64,
+    /// Unix seconds.
+    pub updated: u64,
+}
+
+/// A claimed block as etcd has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedBlock {
+    pub cidr: IpNetwork,
+    pub node: String,
+    pub create_revision: i64,
+}
+
+/// A reserved address as etcd has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedIp {
+    pub ip: IpAddr,
+    pub owner: IpValue,
+}
+
+/// One network's pool at one revision.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub revision: i64,
+    /// The `pool` key's value, when written.
+    pub grid: Option<Vec<u8>>,
+    pub blocks: Vec<ClaimedBlock>,
+    pub ips: Vec<ReservedIp>,
+}
+
+/// What a request for an address outside the node's blocks came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpReservation {
+    /// Reserved now, or found already reserved by this very attachment.
+    Reserved,
+    /// Inside a block of a node.
+    InBlock { block: IpNetwork, node: String },
+    /// Reserved by another attachment.
+    Taken(IpValue),
+    /// The pool's grid in etcd is not this configuration's.
+    GridMismatch(Vec<u8>),
+}
+
+/// What a block claim came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Ours, created at this revision.
+    Claimed(i64),
+    /// Something changed since the snapshot: read again.
+    Lost,
+}
+
+/// A connection to one network's pool. Blocking; owns its runtime.
+pub struct Etcd {
+    runtime: tokio::runtime::Runtime,
+    config: EtcdConfig,
+    options: ConnectOptions,
+    /// Endpoint indexes in the order this node tries them.
+    order: Vec<usize>,
+    /// Position in `order` of the endpoint in use.
+    at: usize,
+    client: Option<KvClient>,
+    deadline: Instant,
+}
+
+fn read_file(key: &'static str, path: &std::path::Path) -> Result<Vec<u8>, EtcdError> {
+    std::fs::read(path).map_err(|source| EtcdError::File {
+        key,
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, EtcdError> {
+    let mut options = ConnectOptions::new()
+        .with_require_leader(true)
+        .with_connect_timeout(config.timeout)
+        .with_timeout(config.timeout);
+    if let (Some(user), Some(path)) = (&config.username, &config.password_file) {
+        let password = read_file("passwordFile", path)?;
+        let password = String::from_utf8_lossy(&password);
+        options = options.with_user(user.clone(), password.trim_end_matches(['\r', '\n']));
+    }
+    if config.uses_tls() {
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &config.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(read_file("caFile", ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&config.cert_file, &config.key_file) {
+            tls = tls.identity(Identity::from_pem(
+                read_file("certFile", cert)?,
+                read_file("keyFile", key)?,
+            ));
+        }
+        options = options.with_tls(tls);
+    }
+    Ok(options)
+}
+
+/// The whole cause chain of an error: tonic's transport errors say what
+/// failed (refused, TLS handshake) only in their sources.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Whether another endpoint (or the same one, later) may do better.
+fn is_transient(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match error {
+        etcd_client::Error::GRpcStatus(status) => matches!(
+            status.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Aborted
+                | Code::Internal
+                | Code::ResourceExhausted
+                | Code::Cancelled
+        ),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
+fn spread(node: &str, n: usize) -> usize {
+    let sum: usize = node.bytes().map(usize::from).sum();
+    if n == 0 {
+        0
+    } else {
+        sum % n
+    }
+}
+
+impl Etcd {
+    /// Prepares a connection; nothing is sent until the first request. The
+    /// deadline of every request starts now.
+    pub fn new(config: &EtcdConfig, node: &str) -> Result<Etcd, EtcdError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(EtcdError::Runtime)?;
+        let options = connect_options(config)?;
+        let n = config.endpoints.len();
+        let first = spread(node, n);
+        Ok(Etcd {
+            runtime,
+            config: config.clone(),
+            options,
+            order: (0..n).map(|i| (first + i) % n).collect(),
+            at: 0,
+            client: None,
+            deadline: Instant::now() + config.timeout,
+        })
+    }
+
+    fn unreachable(&self, last: String) -> EtcdError {
+        EtcdError::Unreachable {
+            endpoints: self.config.endpoints.join(","),
+            timeout: self.config.timeout,
+            last,
+        }
+    }
+
+    fn endpoint(&self) -> &str {
+        let idx = self.order.get(self.at).copied().unwrap_or(0);
+        self.config.endpoints.get(idx).map_or("", String::as_str)
+    }
+
+    /// Runs `op` against the current endpoint, moving on to the next one
+    /// on a transient failure, until the deadline.
+    fn call<T, F, Fut>(&mut self, op: F) -> Result<T, EtcdError>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = String::from("no endpoint tried");
+        // Every endpoint at least once, even past the deadline's edge, and
+        // then round again while time is left.
+        let mut tries = 0usize;
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() && tries >= self.order.len() {
+                return Err(self.unreachable(last));
+            }
+            let left = left.max(Duration::from_millis(50));
+            tries += 1;
+            let endpoint = self.endpoint().to_string();
+            let outcome = self.runtime.block_on(async {
+                let connect = async {
+                    match &self.client {
+                        Some(client) => Ok(client.clone()),
+                        None => Client::connect([endpoint.as_str()], Some(self.options.clone()))
+                            .await
+                            .map(|c| c.kv_client()),
+                    }
+                };
+                let attempt = async {
+                    let client = connect.await?;
+                    let result = op(client.clone()).await;
+                    result.map(|value| (value, client))
+                };
+                tokio::time::timeout(left, attempt).await
+            });
+            match outcome {
+                Ok(Ok((value, client))) => {
+                    self.client = Some(client);
+                    return Ok(value);
+                }
+                Ok(Err(error)) if !is_transient(&error) => {
+                    return Err(EtcdError::Refused {
+                        endpoint,
+                        message: chain(&error),
+                    });
+                }
+                Ok(Err(error)) => last = format!("{endpoint}: {}", chain(&error)),
+                Err(_) => last = format!("{endpoint}: no answer in time"),
+            }
+            log::debug!("etcd request failed, trying the next endpoint: {last}");
+            self.client = None;
+            self.at = (self.at + 1) % self.order.len().max(1);
+            if self.deadline <= Instant::now() && tries >= self.order.len() {
+                return Err(self.unreachable(last));
+            }
+            // A short pause once every endpoint has failed, so a cluster in
+            // an election is not hammered.
+            if tries % self.order.len().max(1) == 0 {
+                std::thread::sleep(Duration::from_millis(100).min(left));
+            }
+        }
+    }
+
+    /// The pool, its blocks and its reserved addresses at one revision.
+    pub fn snapshot(&mut self, keys: &PoolKeys) -> Result<Snapshot, EtcdError> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(keys.pool(), None),
+            TxnOp::get(keys.blocks(), Some(GetOptions::new().with_prefix())),
+            TxnOp::get(keys.ips(), Some(GetOptions::new().with_prefix())),
+        ]);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        let mut snapshot = Snapshot {
+            revision: response.header().map_or(0, |h| h.revision()),
+            ..Snapshot::default()
+        };
+        let gets: Vec<_> = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            })
+            .collect();
+        if let Some(pool) = gets.first().and_then(|g| g.kvs().first()) {
+            snapshot.grid = Some(pool.value().to_vec());
+        }
+        for kv in gets.get(1).map(|g| g.kvs()).unwrap_or_default() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let cidr = keys
+                .parse_block(kv.key())
+                .ok_or_else(|| EtcdError::BadValue {
+                    key: key.clone(),
+                    detail: "not a block key".into(),
+                })?;
+            let value: BlockValue =
+                serde_json::from_slice(kv.value()).map_err(|e| EtcdError::BadValue {
+                    key: key.clone(),
+                    detail: e.to_string(),
+                })?;
+            snapshot.blocks.push(ClaimedBlock {
+                cidr,
+                node: value.node,
+                create_revision: kv.create_revision(),
+            });
+        }
+        for kv in gets.get(2).map(|g| g.kvs()).unwrap_or_default() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let ip = keys.parse_ip(kv.key()).ok_or_else(|| EtcdError::BadValue {
+                key: key.clone(),
+                detail: "not an address key".into(),
+            })?;
+            let owner: IpValue =
+                serde_json::from_slice(kv.value()).map_err(|e| EtcdError::BadValue {
+                    key,
+                    detail: e.to_string(),
+                })?;
+            snapshot.ips.push(ReservedIp { ip, owner });
+        }
+        Ok(snapshot)
+    }
+
+    /// The compare that holds the pool to `grid`, and the put that writes
+    /// it when nobody has.
+    fn grid_guard(keys: &PoolKeys, grid: Grid, written: bool) -> (Compare, Option<TxnOp>) {
+        if written {
+            (
+                Compare::value(keys.pool(), CompareOp::Equal, grid.to_value()),
+                None,
+            )
+        } else {
+            (
+                Compare::create_revision(keys.pool(), CompareOp::Equal, 0),
+                Some(TxnOp::put(keys.pool(), grid.to_value(), None)),
+            )
+        }
+    }
+
+    /// Claims `block` for `node` if, since `snapshot`, nobody has claimed
+    /// it, the grid is still `grid` and no address of the block has been
+    /// reserved.
+    pub fn claim(
+        &mut self,
+        keys: &PoolKeys,
+        grid: Grid,
+        snapshot: &Snapshot,
+        block: IpNetwork,
+        node: &str,
+    ) -> Result<Claim, EtcdError> {
+        let (grid_compare, grid_put) = Self::grid_guard(keys, grid, snapshot.grid.is_some());
+        let (ips_start, ips_end) = keys.ip_range(block);
+        let value = block_value(node);
+        let mut puts = vec![TxnOp::put(keys.block(block), value, None)];
+        puts.extend(grid_put);
+        let txn = Txn::new()
+            .when([
+                grid_compare,
+                Compare::create_revision(keys.block(block), CompareOp::Equal, 0),
+                Compare::mod_revision(ips_start, CompareOp::Less, snapshot.revision + 1)
+                    .with_range(ips_end),
+            ])
+            .and_then(puts);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        Ok(if response.succeeded() {
+            Claim::Claimed(response.header().map_or(0, |h| h.revision()))
+        } else {
+            Claim::Lost
+        })
+    }
+
+    /// Reserves `ip` (of block `block` in the grid) for `owner`, unless a
+    /// node holds that block or someone else holds the address.
+    pub fn reserve_ip(
+        &mut self,
+        keys: &PoolKeys,
+        grid: Grid,
+        grid_written: bool,
+        ip: IpAddr,
+        block: IpNetwork,
+        owner: &IpValue,
+    ) -> Result<IpReservation, EtcdError> {
+        let (grid_compare, grid_put) = Self::grid_guard(keys, grid, grid_written);
+        let value = ip_value(owner);
+        let mut puts = vec![TxnOp::put(keys.ip(ip), value.clone(), None)];
+        puts.extend(grid_put);
+        let txn = Txn::new()
+            .when([
+                grid_compare,
+                Compare::create_revision(keys.block(block), CompareOp::Equal, 0),
+                Compare::create_revision(keys.ip(ip), CompareOp::Equal, 0),
+            ])
+            .and_then(puts)
+            .or_else([
+                TxnOp::get(keys.pool(), None),
+                TxnOp::get(keys.block(block), None),
+                TxnOp::get(keys.ip(ip), None),
+            ]);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        if response.succeeded() {
+            return Ok(IpReservation::Reserved);
+        }
+        let gets: Vec<_> = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                _ => None,
+            })
+            .collect();
+        for kv in gets {
+            let key = kv.key();
+            if key == keys.pool().as_bytes() {
+                if kv.value() != grid.to_value().as_bytes() {
+                    return Ok(IpReservation::GridMismatch(kv.value().to_vec()));
+                }
+            } else if key == keys.block(block).as_bytes() {
+                let holder: BlockValue =
+                    serde_json::from_slice(kv.value()).map_err(|e| EtcdError::BadValue {
+                        key: keys.block(block),
+                        detail: e.to_string(),
+                    })?;
+                return Ok(IpReservation::InBlock {
+                    block,
+                    node: holder.node,
+                });
+            } else if kv.value() == value.as_bytes() {
+                // Our own earlier request, whose answer was lost.
+                return Ok(IpReservation::Reserved);
+            } else {
+                let holder: IpValue =
+                    serde_json::from_slice(kv.value()).map_err(|e| EtcdError::BadValue {
+                        key: keys.ip(ip),
+                        detail: e.to_string(),
+                    })?;
+                return Ok(IpReservation::Taken(holder));
+            }
+        }
+        // The pool key was written between our read and the request: the
+        // caller reads it again.
+        Ok(IpReservation::GridMismatch(Vec::new()))
+    }
+
+    /// Deletes the reservation of `ip` if `owner` still holds it. True
+    /// when the key is gone afterwards (deleted now or never there).
+    pub fn release_ip(
+        &mut self,
+        keys: &PoolKeys,
+        ip: IpAddr,
+        owner: &IpValue,
+    ) -> Result<bool, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::value(
+                keys.ip(ip),
+                CompareOp::Equal,
+                ip_value(owner),
+            )])
+            .and_then([TxnOp::delete(keys.ip(ip), None)])
+            .or_else([TxnOp::get(keys.ip(ip), None)]);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        if response.succeeded() {
+            return Ok(true);
+        }
+        let held_by_other = response.op_responses().into_iter().any(|r| match r {
+            TxnOpResponse::Get(get) => !get.kvs().is_empty(),
+            _ => false,
+        });
+        Ok(!held_by_other)
+    }
+
+    /// Gives `block` back if it is still the claim created at `revision`.
+    pub fn release_block(
+        &mut self,
+        keys: &PoolKeys,
+        block: IpNetwork,
+        revision: i64,
+    ) -> Result<bool, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                keys.block(block),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(keys.block(block), None)]);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        Ok(response.succeeded())
+    }
+
+    /// Writes the node's report.
+    pub fn report(
+        &mut self,
+        keys: &PoolKeys,
+        node: &str,
+        report: NodeReport,
+    ) -> Result<(), EtcdError> {
+        let value = serde_json::to_string(&report).unwrap_or_default();
+        let key = keys.node(node);
+        self.call(|mut kv| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { kv.put(key, value, None).await }
+        })?;
+        Ok(())
+    }
+
+    /// Every key under `prefix` with its value and create revision (the
+    /// operator command).
+    pub fn list(&mut self, prefix: &str) -> Result<Vec<(String, Vec<u8>, i64)>, EtcdError> {
+        let prefix = prefix.to_string();
+        let response = self.call(|mut kv| {
+            let prefix = prefix.clone();
+            async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
+        })?;
+        Ok(response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    kv.value().to_vec(),
+                    kv.create_revision(),
+                )
+            })
+            .collect())
+    }
+
+    /// Deletes `key` if it is still the one created at `revision`.
+    pub fn delete_if(&mut self, key: &str, revision: i64) -> Result<bool, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(key, None)]);
+        let response = self.call(|mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        Ok(response.succeeded())
+    }
+}
+
+/// A block key's value: fixed bytes for a node.
+pub fn block_value(node: &str) -> String {
+    serde_json::to_string(&BlockValue {
+        node: node.to_string(),
+    })
+    .unwrap_or_default()
+}
+
+/// An address key's value: fixed bytes for an owner (struct field order),
+/// which release compares.
+pub fn ip_value(owner: &IpValue) -> String {
+    serde_json::to_string(owner).unwrap_or_default()
+}

@@ -1,0 +1,375 @@
+//! A node's share of the pool during one call: host-local's locked store
+//! (the leases), the node's block record, and etcd when it is needed.
+//!
+//! Safety rests on two rules:
+//! - a node hands out addresses only from blocks etcd has given it (the
+//!   claim succeeded) and it has recorded, or addresses etcd has reserved
+//!   for it one by one; nobody else can be given those while the keys
+//!   exist, whatever is reachable;
+//! - a block leaves the node's record before its key is deleted, never
+//!   after, so a crash in between leaves a key the node no longer uses
+//!   (adopted back later), never a block two nodes use.
+//!
+//! A claim is recorded as pending before it is sent. A process killed
+//! after etcd created the key but before the node recorded it leaves the
+//! pending mark; the next call reads etcd and adopts every block etcd says
+//! is this node's ([`PoolSession::adopt`]).
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use host_local::lease::Attachment;
+use host_local::range_set::RangeSet;
+use host_local::store::{LockedStore, Store};
+use ipnetwork::IpNetwork;
+
+use crate::blocks;
+use crate::config::ClusterConfig;
+use crate::error::Error;
+use crate::etcd::{Claim, Etcd, IpReservation, NodeReport, Snapshot};
+use crate::node_state::{ClusterIp, HeldBlock, NodeState};
+
+/// Claims lost to other nodes before giving up: each loss means another
+/// node took a block in between, so this many in one call means a storm.
+const MAX_CLAIM_ROUNDS: usize = 32;
+
+pub struct PoolSession<'a> {
+    pub cluster: &'a ClusterConfig,
+    store_dir: PathBuf,
+    pub locked: LockedStore<'a>,
+    pub state: NodeState,
+    etcd: Option<Etcd>,
+}
+
+impl<'a> PoolSession<'a> {
+    /// Takes the store lock and reads the node's record.
+    pub fn open(
+        cluster: &'a ClusterConfig,
+        store: &'a Store,
+        range_sets: usize,
+    ) -> Result<PoolSession<'a>, Error> {
+        let locked = store.lock(range_sets)?;
+        let state = NodeState::load(store.dir(), &cluster.node)?;
+        Ok(PoolSession {
+            cluster,
+            store_dir: store.dir().to_path_buf(),
+            locked,
+            state,
+            etcd: None,
+        })
+    }
+
+    /// The etcd connection, made on first use: calls that stay on the node
+    /// never build the client or its runtime.
+    pub fn etcd(&mut self) -> Result<&mut Etcd, Error> {
+        if self.etcd.is_none() {
+            self.etcd = Some(Etcd::new(&self.cluster.etcd, &self.cluster.node)?);
+        }
+        // Set just above.
+        self.etcd
+            .as_mut()
+            .ok_or_else(|| Error::Internal("etcd client missing".into()))
+    }
+
+    pub fn save(&self) -> Result<(), Error> {
+        Ok(self.state.save(&self.store_dir)?)
+    }
+
+    /// The node's blocks as a host-local range set for `set`: the
+    /// addresses of held blocks inside the set's ranges.
+    pub fn node_set(&self, set: &RangeSet) -> Option<RangeSet> {
+        let mut pieces = Vec::new();
+        for block in &self.state.blocks {
+            pieces.extend(blocks::pieces(
+                set,
+                block.cidr,
+                &self.cluster.exclude,
+                &block.reserved,
+            ));
+        }
+        pieces.sort_by_key(|r| host_local::addr::to_u128(r.range_start));
+        blocks::node_range_set(pieces)
+    }
+
+    /// Records every block `snapshot` says is this node's that the record
+    /// lacks; returns how many. Saved by the caller.
+    pub fn adopt(&mut self, snapshot: &Snapshot) -> usize {
+        let mut adopted = 0;
+        for claimed in &snapshot.blocks {
+            if claimed.node == self.cluster.node && !self.state.holds(claimed.cidr) {
+                let reserved = reserved_in(snapshot, claimed.cidr);
+                log::info!(
+                    "network {}: adopting block {} (claimed at revision {}, unknown to this node)",
+                    self.cluster.store.network,
+                    claimed.cidr,
+                    claimed.create_revision
+                );
+                self.state.blocks.push(HeldBlock {
+                    cidr: claimed.cidr,
+                    revision: claimed.create_revision,
+                    reserved,
+                });
+                adopted += 1;
+            }
+        }
+        adopted
+    }
+
+    /// When a claim was left pending (a killed claimer), reads etcd and
+    /// adopts. Without etcd the mark stays, and the call goes on with the
+    /// blocks it knows.
+    pub fn reconcile_if_pending(&mut self) -> Result<(), Error> {
+        if !self.state.claim_pending {
+            return Ok(());
+        }
+        let keys = self.cluster.keys.clone();
+        match self.etcd()?.snapshot(&keys) {
+            Ok(snapshot) => {
+                self.adopt(&snapshot);
+                self.state.claim_pending = false;
+                self.save()
+            }
+            Err(e) => {
+                log::warn!(
+                    "a block claim was interrupted and etcd cannot be read to settle it: {e}"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn check_grid(&self, snapshot: &Snapshot) -> Result<(), Error> {
+        match &snapshot.grid {
+            Some(value) if value.as_slice() != self.cluster.grid.to_value().as_bytes() => {
+                Err(Error::GridMismatch {
+                    network: self.cluster.store.network.clone(),
+                    etcd: String::from_utf8_lossy(value).into_owned(),
+                    ours: self.cluster.grid.to_value(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes room for one more address of `set`: adopts blocks etcd says
+    /// are ours, or claims a free one. Fails with [`Error::PoolExhausted`]
+    /// when no block is free.
+    pub fn claim_block(&mut self, set: &RangeSet) -> Result<IpNetwork, Error> {
+        let keys = self.cluster.keys.clone();
+        let family = set.family();
+        let prefix = self.cluster.grid.prefix(family);
+        for _ in 0..MAX_CLAIM_ROUNDS {
+            let snapshot = self.etcd()?.snapshot(&keys)?;
+            self.check_grid(&snapshot)?;
+            let held_before: HashSet<IpNetwork> =
+                self.state.blocks.iter().map(|b| b.cidr).collect();
+            if self.adopt(&snapshot) > 0 {
+                self.state.claim_pending = false;
+                self.save()?;
+                let adopted_room = self.state.blocks.iter().find(|b| {
+                    !held_before.contains(&b.cidr)
+                        && blocks::capacity(&blocks::pieces(
+                            set,
+                            b.cidr,
+                            &self.cluster.exclude,
+                            &b.reserved,
+                        )) > 0
+                });
+                if let Some(block) = adopted_room {
+                    return Ok(block.cidr);
+                }
+            }
+            let taken: HashSet<IpNetwork> = snapshot.blocks.iter().map(|b| b.cidr).collect();
+            let reserved: Vec<IpAddr> = snapshot.ips.iter().map(|r| r.ip).collect();
+            let Some(block) = blocks::free_block(
+                set,
+                prefix,
+                &self.cluster.node,
+                &taken,
+                &self.cluster.exclude,
+                &reserved,
+            ) else {
+                return Err(Error::PoolExhausted {
+                    network: self.cluster.store.network.clone(),
+                    ranges: set.to_string(),
+                });
+            };
+            self.state.claim_pending = true;
+            self.save()?;
+            let grid = self.cluster.grid;
+            let node = self.cluster.node.clone();
+            match self.etcd()?.claim(&keys, grid, &snapshot, block, &node)? {
+                Claim::Claimed(revision) => {
+                    self.state.blocks.push(HeldBlock {
+                        cidr: block,
+                        revision,
+                        reserved: reserved_in(&snapshot, block),
+                    });
+                    self.state.claim_pending = false;
+                    self.save()?;
+                    log::info!(
+                        "network {}: node {} claimed block {block} (revision {revision})",
+                        self.cluster.store.network,
+                        self.cluster.node
+                    );
+                    // Already talking to etcd: settle what earlier calls
+                    // could not.
+                    self.retry_unreleased();
+                    self.report_best_effort();
+                    return Ok(block);
+                }
+                Claim::Lost => {
+                    // Left pending: if the claim did land (its answer was
+                    // lost), the next snapshot adopts it.
+                    log::debug!("block {block} was taken meanwhile; reading the pool again");
+                }
+            }
+        }
+        Err(Error::ClaimContention(MAX_CLAIM_ROUNDS))
+    }
+
+    /// Reserves `ip`, outside the node's blocks, for `attachment`
+    /// cluster-wide, and records it.
+    pub fn reserve_cluster_ip(&mut self, ip: IpAddr, attachment: &Attachment) -> Result<(), Error> {
+        let keys = self.cluster.keys.clone();
+        let grid = self.cluster.grid;
+        let record = ClusterIp {
+            ip,
+            container_id: attachment.container_id().to_string(),
+            ifname: attachment.ifname().to_string(),
+        };
+        let owner = record.owner(&self.cluster.node);
+        let block = blocks::block_of(ip, grid.prefix(host_local::addr::Family::of(ip)));
+        for grid_written in [true, false] {
+            let outcome = self
+                .etcd()?
+                .reserve_ip(&keys, grid, grid_written, ip, block, &owner)?;
+            match outcome {
+                IpReservation::Reserved => {
+                    if !self.state.cluster_ips.contains(&record) {
+                        self.state.cluster_ips.push(record);
+                    }
+                    self.save()?;
+                    return Ok(());
+                }
+                IpReservation::InBlock { block, node } => {
+                    return Err(Error::RequestedInOtherBlock { ip, block, node })
+                }
+                IpReservation::Taken(holder) => {
+                    return Err(Error::RequestedTaken {
+                        ip,
+                        node: holder.node,
+                        container_id: holder.container_id,
+                    })
+                }
+                IpReservation::GridMismatch(value) if !value.is_empty() => {
+                    return Err(Error::GridMismatch {
+                        network: self.cluster.store.network.clone(),
+                        etcd: String::from_utf8_lossy(&value).into_owned(),
+                        ours: grid.to_value(),
+                    })
+                }
+                // No pool key yet: try again writing it.
+                IpReservation::GridMismatch(_) => {}
+            }
+        }
+        Err(Error::ClaimContention(2))
+    }
+
+    /// Deletes the cluster-wide reservations of `ips` (those that are
+    /// cluster reservations of this node); a failed delete is kept for the
+    /// next call that reaches etcd. Saves the record.
+    pub fn release_cluster_ips(&mut self, ips: &[IpAddr]) -> Result<(), Error> {
+        let (going, staying): (Vec<ClusterIp>, Vec<ClusterIp>) =
+            std::mem::take(&mut self.state.cluster_ips)
+                .into_iter()
+                .partition(|c| ips.contains(&c.ip));
+        self.state.cluster_ips = staying;
+        if going.is_empty() {
+            return Ok(());
+        }
+        self.state.unreleased.extend(going);
+        self.save()?;
+        self.retry_unreleased();
+        Ok(())
+    }
+
+    /// Sends the deletes of reservations left from earlier calls.
+    pub fn retry_unreleased(&mut self) {
+        if self.state.unreleased.is_empty() {
+            return;
+        }
+        let keys = self.cluster.keys.clone();
+        let node = self.cluster.node.clone();
+        let pending = std::mem::take(&mut self.state.unreleased);
+        let mut left = Vec::new();
+        for record in pending {
+            let result = match self.etcd() {
+                Ok(etcd) => etcd.release_ip(&keys, record.ip, &record.owner(&node)),
+                Err(e) => {
+                    log::warn!("cannot release {} in etcd: {e}", record.ip);
+                    left.push(record);
+                    continue;
+                }
+            };
+            match result {
+                Ok(_) => log::info!(
+                    "network {}: released reservation of {}",
+                    keys.root(),
+                    record.ip
+                ),
+                Err(e) => {
+                    log::warn!(
+                        "cannot release the reservation of {} in etcd now (kept for a later call): {e}",
+                        record.ip
+                    );
+                    left.push(record);
+                }
+            }
+        }
+        self.state.unreleased = left;
+        if let Err(e) = self.save() {
+            log::warn!("cannot record the reservations left to release: {e}");
+        }
+    }
+
+    /// Publishes the node's lease and block counts for the operator
+    /// command; failures only cost freshness.
+    pub fn report_best_effort(&mut self) {
+        let leases = match self.locked.scan() {
+            Ok(leases) => leases.len() as u64,
+            Err(e) => {
+                log::warn!("cannot count leases for the node report: {e}");
+                return;
+            }
+        };
+        let report = NodeReport {
+            leases,
+            blocks: self.state.blocks.len() as u64,
+            updated: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let keys = self.cluster.keys.clone();
+        let node = self.cluster.node.clone();
+        if let Err(e) = self
+            .etcd()
+            .and_then(|etcd| Ok(etcd.report(&keys, &node, report)?))
+        {
+            log::warn!("cannot publish the node report: {e}");
+        }
+    }
+}
+
+/// Addresses reserved cluster-wide inside `block`: the block hands them
+/// out to nobody (the node's own such reservations stay in `clusterIps`).
+fn reserved_in(snapshot: &Snapshot, block: IpNetwork) -> Vec<IpAddr> {
+    snapshot
+        .ips
+        .iter()
+        .filter(|r| block.contains(r.ip))
+        .map(|r| r.ip)
+        .collect()
+}
