@@ -41,6 +41,14 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Whole-cluster starts tried when a member finds its port taken (the port
 /// was free when picked, but anything may bind it before etcd does).
 const START_ATTEMPTS: u32 = 3;
+/// etcdctl's `--dial-timeout` and `--command-timeout`.
+type Timeouts = (&'static str, &'static str);
+/// etcdctl's own defaults.
+const NORMAL: Timeouts = ("2s", "5s");
+/// For readiness polls: a member that is not serving yet accepts the TCP
+/// connection but holds the dial, and a put sent in an election hangs; both
+/// are tried again sooner than etcdctl's defaults would.
+const POLL: Timeouts = ("500ms", "2s");
 /// Lines of each member's log shown in an error.
 const LOG_TAIL_LINES: usize = 30;
 
@@ -277,7 +285,7 @@ impl EtcdCluster {
             true => self.endpoints(),
             false => running.iter().map(|&i| self.client_url(i)).collect(),
         };
-        self.run_etcdctl(&endpoints.join(","), args, "5s")
+        self.run_etcdctl(&endpoints.join(","), args, NORMAL)
     }
 
     /// Like [`etcdctl`](EtcdCluster::etcdctl), against member `i` only; a
@@ -287,20 +295,20 @@ impl EtcdCluster {
         if member.child.is_none() {
             return Err(HarnessError::NotRunning(i));
         }
-        self.run_etcdctl(&self.client_url(i), args, "5s")
+        self.run_etcdctl(&self.client_url(i), args, NORMAL)
     }
 
     fn run_etcdctl(
         &self,
         endpoints: &str,
         args: &[&str],
-        timeout: &str,
+        (dial, command): Timeouts,
     ) -> Result<String, HarnessError> {
         let mut cmd = Command::new(ETCDCTL);
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoints}"))
-            .arg("--dial-timeout=2s")
-            .arg(format!("--command-timeout={timeout}"));
+            .arg(format!("--dial-timeout={dial}"))
+            .arg(format!("--command-timeout={command}"));
         if let Some(tls) = &self.tls {
             cmd.arg("--cacert").arg(&tls.ca);
             cmd.arg("--cert").arg(&tls.cert);
@@ -397,9 +405,8 @@ impl EtcdCluster {
             self.check_alive(&pending)?;
             let mut last_err = None;
             pending.retain(|&i| {
-                // A put stuck in an election is retried after 2 s, not 5.
                 let put = ["put", "/etcd-cluster/ready", "ok"];
-                match self.run_etcdctl(&self.client_url(i), &put, "2s") {
+                match self.run_etcdctl(&self.client_url(i), &put, POLL) {
                     Ok(_) => false,
                     Err(e) => {
                         last_err = Some(format!("member {i}: {e}"));
