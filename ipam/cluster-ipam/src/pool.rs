@@ -117,6 +117,27 @@ impl<'a> PoolSession<'a> {
         adopted
     }
 
+    /// Addresses the node's blocks of `set` hand out, taken or not.
+    fn room(&self, set: &RangeSet) -> u128 {
+        self.node_set(set)
+            .map_or(0, |s| blocks::capacity(s.ranges()))
+    }
+
+    /// Drops from the held blocks' reserved lists the addresses whose
+    /// cluster-wide reservation is gone (released by its holder): the
+    /// block's owner may hand them out now, and nobody else can reserve
+    /// them while the block is held. Returns how many. Saved by the caller.
+    pub fn refresh_reserved(&mut self, snapshot: &Snapshot) -> usize {
+        let still: HashSet<IpAddr> = snapshot.ips.iter().map(|r| r.ip).collect();
+        let mut freed = 0;
+        for block in &mut self.state.blocks {
+            let before = block.reserved.len();
+            block.reserved.retain(|ip| still.contains(ip));
+            freed += before - block.reserved.len();
+        }
+        freed
+    }
+
     /// When a claim was left pending (a killed claimer), reads etcd and
     /// adopts. Without etcd the mark stays, and the call goes on with the
     /// blocks it knows.
@@ -156,29 +177,21 @@ impl<'a> PoolSession<'a> {
     /// Makes room for one more address of `set`: adopts blocks etcd says
     /// are ours, or claims a free one. Fails with [`Error::PoolExhausted`]
     /// when no block is free.
-    pub fn claim_block(&mut self, set: &RangeSet) -> Result<IpNetwork, Error> {
+    pub fn claim_block(&mut self, set: &RangeSet) -> Result<(), Error> {
         let keys = self.cluster.keys.clone();
         let family = set.family();
         let prefix = self.cluster.grid.prefix(family);
         for _ in 0..MAX_CLAIM_ROUNDS {
             let snapshot = self.etcd()?.snapshot(&keys)?;
             self.check_grid(&snapshot)?;
-            let held_before: HashSet<IpNetwork> =
-                self.state.blocks.iter().map(|b| b.cidr).collect();
-            if self.adopt(&snapshot) > 0 {
+            let room_before = self.room(set);
+            let adopted = self.adopt(&snapshot);
+            let freed = self.refresh_reserved(&snapshot);
+            if adopted > 0 || freed > 0 {
                 self.state.claim_pending = false;
                 self.save()?;
-                let adopted_room = self.state.blocks.iter().find(|b| {
-                    !held_before.contains(&b.cidr)
-                        && blocks::capacity(&blocks::pieces(
-                            set,
-                            b.cidr,
-                            &self.cluster.exclude,
-                            &b.reserved,
-                        )) > 0
-                });
-                if let Some(block) = adopted_room {
-                    return Ok(block.cidr);
+                if self.room(set) > room_before {
+                    return Ok(());
                 }
             }
             let taken: HashSet<IpNetwork> = snapshot.blocks.iter().map(|b| b.cidr).collect();
@@ -218,7 +231,7 @@ impl<'a> PoolSession<'a> {
                     // could not.
                     self.retry_unreleased();
                     self.report_best_effort();
-                    return Ok(block);
+                    return Ok(());
                 }
                 Claim::Lost => {
                     // Left pending: if the claim did land (its answer was

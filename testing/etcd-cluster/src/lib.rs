@@ -42,13 +42,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// was free when picked, but anything may bind it before etcd does).
 const START_ATTEMPTS: u32 = 3;
 /// etcdctl's `--dial-timeout` and `--command-timeout`.
-type Timeouts = (&'static str, &'static str);
+type Timeouts = (Duration, Duration);
 /// etcdctl's own defaults.
-const NORMAL: Timeouts = ("2s", "5s");
-/// For readiness polls: a member that is not serving yet accepts the TCP
-/// connection but holds the dial, and a put sent in an election hangs; both
-/// are tried again sooner than etcdctl's defaults would.
-const POLL: Timeouts = ("500ms", "2s");
+const NORMAL: Timeouts = (Duration::from_secs(2), Duration::from_secs(5));
 /// Lines of each member's log shown in an error.
 const LOG_TAIL_LINES: usize = 30;
 
@@ -307,8 +303,8 @@ impl EtcdCluster {
         let mut cmd = Command::new(ETCDCTL);
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoints}"))
-            .arg(format!("--dial-timeout={dial}"))
-            .arg(format!("--command-timeout={command}"));
+            .arg(format!("--dial-timeout={}ms", dial.as_millis()))
+            .arg(format!("--command-timeout={}ms", command.as_millis()));
         if let Some(tls) = &self.tls {
             cmd.arg("--cacert").arg(&tls.ca);
             cmd.arg("--cert").arg(&tls.cert);
@@ -401,12 +397,19 @@ impl EtcdCluster {
     fn wait_serving(&mut self, which: &[usize]) -> Result<(), HarnessError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut pending = which.to_vec();
-        loop {
+        // A put proposed before there is a leader is dropped and waits out
+        // its timeout: short ones first (0.5 s), doubled on each miss up to
+        // 4 s so that a slow but working machine gets there too.
+        for tries in 0.. {
             self.check_alive(&pending)?;
             let mut last_err = None;
+            let timeout = Duration::from_millis(500 << tries.min(3));
             pending.retain(|&i| {
                 let put = ["put", "/etcd-cluster/ready", "ok"];
-                match self.run_etcdctl(&self.client_url(i), &put, POLL) {
+                let t0 = Instant::now();
+                let r = self.run_etcdctl(&self.client_url(i), &put, (timeout, timeout));
+                eprintln!("{:?} poll {i} {:?} {:?}", std::time::SystemTime::now(), t0.elapsed(), r.as_ref().err().map(|e| e.to_string().chars().rev().take(90).collect::<String>().chars().rev().collect::<String>()));
+                match r {
                     Ok(_) => false,
                     Err(e) => {
                         last_err = Some(format!("member {i}: {e}"));
@@ -420,9 +423,10 @@ impl EtcdCluster {
                     let reason = format!("no write served in {READY_TIMEOUT:?}: {reason}");
                     return Err(self.not_ready(reason));
                 }
-                Some(_) => thread::sleep(Duration::from_millis(100)),
+                Some(_) => thread::sleep(Duration::from_millis(50)),
             }
         }
+        unreachable!("the loop above returns")
     }
 
     /// Polls until member `i` accepts TCP connections on its client port.

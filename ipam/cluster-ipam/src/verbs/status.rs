@@ -49,7 +49,12 @@ pub fn status(config: &AddConfig) -> Result<(), Error> {
             .blocks
             .iter()
             .any(|b| b.node == cluster.node && !session.state.holds(b.cidr));
-        if free.is_none() && !ours_unknown {
+        let reservation_gone = session.state.blocks.iter().any(|b| {
+            b.reserved
+                .iter()
+                .any(|ip| !snapshot.ips.iter().any(|r| r.ip == *ip))
+        });
+        if free.is_none() && !ours_unknown && !reservation_gone {
             return Err(Error::PoolExhausted {
                 network: ipam.store.network.clone(),
                 ranges: set.to_string(),

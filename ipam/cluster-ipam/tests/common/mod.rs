@@ -153,8 +153,15 @@ pub fn netns() -> NetnsGuard {
     let mut held = NETNS.lock().unwrap_or_else(|e| e.into_inner());
     if held.1.is_none() {
         let name = format!("cnitest-cipam-{}", std::process::id());
-        let out = Command::new("ip").args(["netns", "add", &name]).output().expect("ip runs");
-        assert!(out.status.success(), "ip netns add {name} (tests run as root): {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .expect("ip runs");
+        assert!(
+            out.status.success(),
+            "ip netns add {name} (tests run as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         held.1 = Some(name);
     }
     held.0 += 1;
@@ -175,7 +182,10 @@ impl Drop for NetnsGuard {
 
 fn netns_path() -> String {
     let held = NETNS.lock().unwrap_or_else(|e| e.into_inner());
-    let name = held.1.clone().expect("a test calls common::netns() before running the plugin");
+    let name = held
+        .1
+        .clone()
+        .expect("a test calls common::netns() before running the plugin");
     format!("/run/netns/{name}")
 }
 
@@ -263,8 +273,12 @@ pub fn etcd_blocks(cluster: &etcd_cluster::EtcdCluster, network: &str) -> Vec<(S
         .chunks(2)
         .map(|kv| {
             let block = kv[0].trim_start_matches(&prefix).to_string();
-            let owner: Value = serde_json::from_str(kv.get(1).copied().unwrap_or("{}")).unwrap_or_default();
-            (block, owner["node"].as_str().unwrap_or_default().to_string())
+            let owner: Value =
+                serde_json::from_str(kv.get(1).copied().unwrap_or("{}")).unwrap_or_default();
+            (
+                block,
+                owner["node"].as_str().unwrap_or_default().to_string(),
+            )
         })
         .collect()
 }
@@ -279,7 +293,13 @@ pub fn assert_distinct(ips: &[IpAddr]) {
 }
 
 /// A cluster, or the reason the test cannot run, as a failure.
-pub fn start_etcd(members: usize, opts: etcd_cluster::ClusterOptions) -> (etcd_cluster::EtcdCluster, NetnsGuard) {
+pub fn start_etcd(
+    members: usize,
+    opts: etcd_cluster::ClusterOptions,
+) -> (etcd_cluster::EtcdCluster, NetnsGuard) {
     let guard = netns();
-    (etcd_cluster::EtcdCluster::start(members, opts).unwrap_or_else(|e| panic!("{e}")), guard)
+    (
+        etcd_cluster::EtcdCluster::start(members, opts).unwrap_or_else(|e| panic!("{e}")),
+        guard,
+    )
 }
