@@ -298,8 +298,17 @@ impl EtcdCluster {
         &self,
         endpoints: &str,
         args: &[&str],
-        (dial, command): Timeouts,
+        timeouts: Timeouts,
     ) -> Result<String, HarnessError> {
+        self.spawn_etcdctl(endpoints, args, timeouts)?.finish()
+    }
+
+    fn spawn_etcdctl(
+        &self,
+        endpoints: &str,
+        args: &[&str],
+        (dial, command): Timeouts,
+    ) -> Result<Etcdctl, HarnessError> {
         let mut cmd = Command::new(ETCDCTL);
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoints}"))
@@ -314,20 +323,14 @@ impl EtcdCluster {
             cmd.arg(format!("--user={user}"));
             cmd.arg(format!("--password={password}"));
         }
-        cmd.args(args).stdin(Stdio::null());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let shown = format!("etcdctl --endpoints={endpoints} {}", args.join(" "));
-        let out = cmd
-            .output()
-            .map_err(|e| HarnessError::io(format!("running {shown}"), e))?;
-        // etcdctl prints keys and values as they are; lossy keeps a test
-        // going on a binary value instead of failing on it.
-        match out.status.success() {
-            true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-            false => Err(HarnessError::Command {
-                cmd: shown,
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            }),
+        match cmd.spawn() {
+            Ok(child) => Ok(Etcdctl { child, shown }),
+            Err(e) => Err(HarnessError::io(format!("running {shown}"), e)),
         }
     }
 
@@ -404,19 +407,20 @@ impl EtcdCluster {
             self.check_alive(&pending)?;
             let mut last_err = None;
             let timeout = Duration::from_millis(500 << tries.min(3));
-            pending.retain(|&i| {
-                let put = ["put", "/etcd-cluster/ready", "ok"];
-                let t0 = Instant::now();
-                let r = self.run_etcdctl(&self.client_url(i), &put, (timeout, timeout));
-                eprintln!("{:?} poll {i} {:?} {:?}", std::time::SystemTime::now(), t0.elapsed(), r.as_ref().err().map(|e| e.to_string().chars().rev().take(90).collect::<String>().chars().rev().collect::<String>()));
-                match r {
-                    Ok(_) => false,
-                    Err(e) => {
-                        last_err = Some(format!("member {i}: {e}"));
-                        true
-                    }
+            let put = ["put", "/etcd-cluster/ready", "ok"];
+            // All members at once: one not serving yet holds up no other.
+            let polls = pending
+                .iter()
+                .map(|&i| self.spawn_etcdctl(&self.client_url(i), &put, (timeout, timeout)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut still = Vec::new();
+            for (&i, poll) in pending.iter().zip(polls) {
+                if let Err(e) = poll.finish() {
+                    last_err = Some(format!("member {i}: {e}"));
+                    still.push(i);
                 }
-            });
+            }
+            pending = still;
             match last_err {
                 None => return Ok(()),
                 Some(reason) if Instant::now() > deadline => {
@@ -548,6 +552,33 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(LOG_TAIL_LINES);
     lines[start..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// A running etcdctl.
+struct Etcdctl {
+    child: Child,
+    /// The command line for errors (without the credentials).
+    shown: String,
+}
+
+impl Etcdctl {
+    /// Waits for etcdctl; its stdout, or an error with its stderr.
+    fn finish(self) -> Result<String, HarnessError> {
+        let out = self
+            .child
+            .wait_with_output()
+            .map_err(|e| HarnessError::io(format!("running {}", self.shown), e))?;
+        // etcdctl prints keys and values as they are; lossy keeps a test
+        // going on a binary value instead of failing on it.
+        match out.status.success() {
+            true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+            false => Err(HarnessError::Command {
+                cmd: self.shown,
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            }),
+        }
+    }
 }
 
 type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
