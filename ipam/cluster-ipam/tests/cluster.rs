@@ -27,7 +27,10 @@ fn assert_blocks_accounted(etcd: &etcd_cluster::EtcdCluster, network: &str, node
     let in_etcd = etcd_blocks(etcd, network);
     let mut owner_of: HashMap<String, String> = HashMap::new();
     for (block, owner) in &in_etcd {
-        assert!(owner_of.insert(block.clone(), owner.clone()).is_none(), "block {block} twice");
+        assert!(
+            owner_of.insert(block.clone(), owner.clone()).is_none(),
+            "block {block} twice"
+        );
     }
     let mut held_anywhere = HashSet::new();
     for node in nodes {
@@ -39,11 +42,17 @@ fn assert_blocks_accounted(etcd: &etcd_cluster::EtcdCluster, network: &str, node
                 node.name,
                 owner_of.get(&block)
             );
-            assert!(held_anywhere.insert(block.clone()), "block {block} recorded by two nodes");
+            assert!(
+                held_anywhere.insert(block.clone()),
+                "block {block} recorded by two nodes"
+            );
         }
     }
     for (block, owner) in &owner_of {
-        assert!(held_anywhere.contains(block), "block {block} of {owner} is in no node's record");
+        assert!(
+            held_anywhere.contains(block),
+            "block {block} of {owner} is in no node's record"
+        );
     }
 }
 
@@ -53,7 +62,9 @@ fn twenty_nodes_a_thousand_adds_with_a_member_killed_midway() {
     let etcd = Arc::new(Mutex::new(etcd));
     let endpoints = etcd.lock().unwrap().endpoints();
     let root = tempfile::tempdir().unwrap();
-    let nodes: Vec<Node> = (0..20).map(|i| Node::new(root.path(), &format!("gpu-node-{i:02}"))).collect();
+    let nodes: Vec<Node> = (0..20)
+        .map(|i| Node::new(root.path(), &format!("gpu-node-{i:02}")))
+        .collect();
     let confs: Vec<Value> = nodes
         .iter()
         .map(|n| net_conf("rails", n, &endpoints, pool_ranges()))
@@ -93,7 +104,12 @@ fn twenty_nodes_a_thousand_adds_with_a_member_killed_midway() {
     let results = std::mem::take(&mut *results.lock().unwrap());
     assert_eq!(results.len(), 1000);
     let failed: Vec<_> = results.iter().filter(|(_, _, o)| !o.ok()).collect();
-    assert!(failed.is_empty(), "{} ADDs failed, first: {:?}", failed.len(), failed.first());
+    assert!(
+        failed.is_empty(),
+        "{} ADDs failed, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
     let ips: Vec<IpAddr> = results.iter().flat_map(|(_, _, o)| o.ips()).collect();
     assert_eq!(ips.len(), 1000);
     assert_distinct(&ips);
@@ -101,15 +117,26 @@ fn twenty_nodes_a_thousand_adds_with_a_member_killed_midway() {
     let excluded: IpNetwork = EXCLUDED.parse().unwrap();
     for ip in &ips {
         assert!(pool.contains(*ip), "{ip} outside the pool");
-        assert!(!excluded.contains(*ip) && *ip != "10.40.0.77".parse::<IpAddr>().unwrap(), "{ip} excluded");
+        assert!(
+            !excluded.contains(*ip) && *ip != "10.40.0.77".parse::<IpAddr>().unwrap(),
+            "{ip} excluded"
+        );
     }
     let etcd_guard = etcd.lock().unwrap();
     assert_blocks_accounted(&etcd_guard, "rails", &nodes);
     // Each node's leases are inside its own blocks.
     for node in &nodes {
-        let blocks: Vec<IpNetwork> = node.blocks("rails").iter().map(|b| b.parse().unwrap()).collect();
+        let blocks: Vec<IpNetwork> = node
+            .blocks("rails")
+            .iter()
+            .map(|b| b.parse().unwrap())
+            .collect();
         for lease in node.leases("rails") {
-            assert!(blocks.iter().any(|b| b.contains(lease)), "{} leases {lease} outside its blocks", node.name);
+            assert!(
+                blocks.iter().any(|b| b.contains(lease)),
+                "{} leases {lease} outside its blocks",
+                node.name
+            );
         }
     }
     drop(etcd_guard);
@@ -118,7 +145,11 @@ fn twenty_nodes_a_thousand_adds_with_a_member_killed_midway() {
         del(&confs[*node], container).expect_ok("DEL");
     }
     for node in &nodes {
-        assert!(node.leases("rails").is_empty(), "{} keeps leases", node.name);
+        assert!(
+            node.leases("rails").is_empty(),
+            "{} keeps leases",
+            node.name
+        );
     }
 }
 
@@ -136,7 +167,11 @@ fn with_etcd_down_held_blocks_serve_and_new_blocks_fail_fast_with_11() {
     conf["ipam"]["etcd"]["timeoutMs"] = json!(1500);
     let first = add(&conf, "p0").expect_ok("ADD with etcd up");
     let block: IpNetwork = node.blocks("outage")[0].parse().unwrap();
-    let room = if block.contains("10.41.0.1".parse().unwrap()) { 5 } else { 7 };
+    let room = if block.contains("10.41.0.1".parse().unwrap()) {
+        5
+    } else {
+        7
+    };
     let state_before = node.state("outage");
 
     etcd.stop_all();
@@ -151,9 +186,16 @@ fn with_etcd_down_held_blocks_serve_and_new_blocks_fail_fast_with_11() {
     let took = started.elapsed();
     assert_eq!(out.code(), 11, "{:?}", out.stdout);
     for endpoint in etcd.endpoints() {
-        assert!(out.msg().contains(&endpoint), "{} does not name {endpoint}", out.msg());
+        assert!(
+            out.msg().contains(&endpoint),
+            "{} does not name {endpoint}",
+            out.msg()
+        );
     }
-    assert!(took < Duration::from_millis(1500 + 1500), "took {took:?} with a 1.5 s timeout");
+    assert!(
+        took < Duration::from_millis(1500 + 1500),
+        "took {took:?} with a 1.5 s timeout"
+    );
     // Nothing half-written: no lease, the same record.
     assert_eq!(node.leases("outage").len(), room);
     assert_eq!(node.state("outage"), state_before);
@@ -178,7 +220,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % below.max(1)
     }
 }
@@ -188,9 +233,14 @@ fn sigkill_at_random_points_of_a_claim_loses_no_block_and_duplicates_nothing() {
     let (etcd, _ns) = start_etcd(1, Default::default());
     let root = tempfile::tempdir().unwrap();
     // Ten nodes, blocks of two addresses: nearly every ADD claims.
-    let nodes: Vec<Node> = (0..10).map(|i| Node::new(root.path(), &format!("k{i}"))).collect();
+    let nodes: Vec<Node> = (0..10)
+        .map(|i| Node::new(root.path(), &format!("k{i}")))
+        .collect();
     let ranges = json!({"ranges": [[{"subnet": "10.42.0.0/20"}]], "blockSize": 31});
-    let confs: Vec<Value> = nodes.iter().map(|n| net_conf("kill", n, &etcd.endpoints(), ranges.clone())).collect();
+    let confs: Vec<Value> = nodes
+        .iter()
+        .map(|n| net_conf("kill", n, &etcd.endpoints(), ranges.clone()))
+        .collect();
 
     // How long a claiming ADD takes here, to spread the kills over it.
     let started = Instant::now();
@@ -204,8 +254,12 @@ fn sigkill_at_random_points_of_a_claim_loses_no_block_and_duplicates_nothing() {
     eprintln!("seed {seed}, kill points in 0..{span} µs");
     let mut rng = Lcg(seed);
 
-    let mut survivors: Vec<(usize, String)> = vec![(0, "warm-0".into()), (0, "warm-1".into()), (0, "warm-2".into())];
-    let mut killed = 0;
+    let mut survivors: Vec<(usize, String)> = vec![
+        (0, "warm-0".into()),
+        (0, "warm-1".into()),
+        (0, "warm-2".into()),
+    ];
+    let (mut killed, mut pending, mut unrecorded) = (0, 0, 0);
     for trial in 0..200 {
         let n = trial % nodes.len();
         let container = format!("t{trial}");
@@ -217,12 +271,30 @@ fn sigkill_at_random_points_of_a_claim_loses_no_block_and_duplicates_nothing() {
             survivors.push((n, container));
         } else {
             killed += 1;
+            if nodes[n].state("kill")["claimPending"] == json!(true) {
+                pending += 1;
+            }
+            let in_etcd = etcd_blocks(&etcd, "kill");
+            let recorded = nodes[n].blocks("kill");
+            if in_etcd
+                .iter()
+                .any(|(b, o)| *o == nodes[n].name && !recorded.contains(b))
+            {
+                unrecorded += 1;
+            }
             // What a runtime does after a failed ADD: DEL.
             del(&confs[n], &container).expect_ok("DEL after a killed ADD");
         }
     }
-    eprintln!("{killed} of 200 ADDs killed before they finished");
+    eprintln!(
+        "{killed} of 200 ADDs killed before they finished; {pending} left a claim pending, \
+         {unrecorded} a block in etcd that the node had not recorded"
+    );
     assert!(killed >= 50, "only {killed} kills landed inside a call");
+    assert!(
+        pending >= 1,
+        "no kill landed inside a claim: the test proves nothing"
+    );
 
     // The next call of each node settles any interrupted claim.
     for (n, conf) in confs.iter().enumerate() {
@@ -233,13 +305,30 @@ fn sigkill_at_random_points_of_a_claim_loses_no_block_and_duplicates_nothing() {
     assert_blocks_accounted(&etcd, "kill", &nodes);
     let mut all = Vec::new();
     for node in &nodes {
-        let blocks: Vec<IpNetwork> = node.blocks("kill").iter().map(|b| b.parse().unwrap()).collect();
+        let blocks: Vec<IpNetwork> = node
+            .blocks("kill")
+            .iter()
+            .map(|b| b.parse().unwrap())
+            .collect();
         for lease in node.leases("kill") {
-            assert!(blocks.iter().any(|b| b.contains(lease)), "{} leases {lease} outside its blocks", node.name);
+            assert!(
+                blocks.iter().any(|b| b.contains(lease)),
+                "{} leases {lease} outside its blocks",
+                node.name
+            );
             all.push(lease);
         }
-        assert_eq!(node.state("kill")["claimPending"], json!(false), "{} left a claim pending", node.name);
+        assert_eq!(
+            node.state("kill")["claimPending"],
+            json!(false),
+            "{} left a claim pending",
+            node.name
+        );
     }
     assert_distinct(&all);
-    assert_eq!(all.len(), survivors.len(), "leases besides the surviving ADDs");
+    assert_eq!(
+        all.len(),
+        survivors.len(),
+        "leases besides the surviving ADDs"
+    );
 }

@@ -20,7 +20,7 @@
 mod tls;
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -157,10 +157,10 @@ impl EtcdCluster {
         for attempt in 1..=START_ATTEMPTS {
             cluster.members = new_members(cluster.dir.path(), members, attempt)?;
             cluster.token = unique_token();
-            for &i in &all {
-                cluster.spawn(i, "new")?;
-            }
-            match cluster.wait_serving(&all) {
+            match cluster
+                .spawn_new()
+                .and_then(|()| cluster.wait_serving(&all))
+            {
                 Ok(()) => break,
                 Err(_) if attempt < START_ATTEMPTS && cluster.port_clash() => cluster.stop_all(),
                 Err(e) => return Err(e),
@@ -233,7 +233,7 @@ impl EtcdCluster {
         if running > self.members.len() / 2 {
             self.wait_serving(&[i])
         } else {
-            self.wait_listening(i)
+            self.wait_peer_serving(i)
         }
     }
 
@@ -395,6 +395,21 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// Spawns the members of a new cluster one by one, each once the one
+    /// before serves its peers. A new member first asks the others whether
+    /// it is in their cluster already, giving each a second: one whose port
+    /// is bound but not served yet would cost that second, a closed port or
+    /// a serving member costs nothing.
+    fn spawn_new(&mut self) -> Result<(), HarnessError> {
+        for i in 0..self.members.len() {
+            self.spawn(i, "new")?;
+            if i + 1 < self.members.len() {
+                self.wait_peer_serving(i)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Polls until each member in `which` serves a put through its own
     /// endpoint; fails early when a member exits.
     fn wait_serving(&mut self, which: &[usize]) -> Result<(), HarnessError> {
@@ -433,17 +448,17 @@ impl EtcdCluster {
         unreachable!("the loop above returns")
     }
 
-    /// Polls until member `i` accepts TCP connections on its client port.
-    fn wait_listening(&mut self, i: usize) -> Result<(), HarnessError> {
+    /// Polls until member `i` answers HTTP on its peer port: it is up, if
+    /// not necessarily part of a quorum.
+    fn wait_peer_serving(&mut self, i: usize) -> Result<(), HarnessError> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let addr = (Ipv4Addr::LOCALHOST, self.members[i].client_port);
-        while TcpStream::connect(addr).is_err() {
+        while !serves_http(self.members[i].peer_port) {
             self.check_alive(&[i])?;
             if Instant::now() > deadline {
-                let reason = format!("member {i} not listening after {READY_TIMEOUT:?}");
+                let reason = format!("member {i} not serving peers after {READY_TIMEOUT:?}");
                 return Err(self.not_ready(reason));
             }
-            thread::sleep(Duration::from_millis(50));
+            thread::sleep(Duration::from_millis(20));
         }
         Ok(())
     }
@@ -552,6 +567,20 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(LOG_TAIL_LINES);
     lines[start..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Whether an HTTP server answers on 127.0.0.1:`port`. A listener that is
+/// bound but not served yet accepts the connection and then says nothing.
+fn serves_http(port: u16) -> bool {
+    let timeout = Duration::from_millis(200);
+    let addr = (Ipv4Addr::LOCALHOST, port).into();
+    let Ok(mut conn) = TcpStream::connect_timeout(&addr, timeout) else {
+        return false;
+    };
+    let mut reply = [0u8; 16];
+    conn.set_read_timeout(Some(timeout)).is_ok()
+        && conn.write_all(b"GET /version HTTP/1.0\r\n\r\n").is_ok()
+        && conn.read(&mut reply).is_ok_and(|n| n > 0)
 }
 
 /// A running etcdctl.
