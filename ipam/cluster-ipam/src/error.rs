@@ -4,7 +4,7 @@
 //! |---|---|
 //! | configuration invalid (ranges, blockSize, names, etcd keys), before any request | 7 |
 //! | the pool in etcd has another block grid than this configuration | 7 |
-//! | etcd refused the request (credentials, permissions) | 7: the `etcd` block of the configuration is wrong |
+//! | etcd refused the request (credentials, permissions) or the TLS handshake | 7: the `etcd` block of the configuration is wrong |
 //! | `CNI_ARGS`, container ID or interface name invalid | 4 |
 //! | local disk failure, unreadable node state | 5 |
 //! | etcd unreachable within `etcd.timeoutMs`, store lock not obtained | 11 (try again later) |
@@ -92,6 +92,7 @@ impl Error {
             Error::State(_) => ErrorCode::Io,
             Error::Etcd(EtcdError::Unreachable { .. }) => ErrorCode::TryAgainLater,
             Error::Etcd(EtcdError::Refused { .. }) => ErrorCode::InvalidNetworkConfig,
+            Error::Etcd(EtcdError::Tls { .. }) => ErrorCode::InvalidNetworkConfig,
             Error::Etcd(EtcdError::File { .. }) => ErrorCode::Io,
             Error::Etcd(EtcdError::Runtime(_)) => ErrorCode::Internal,
             Error::Etcd(EtcdError::BadValue { .. }) => ErrorCode::Internal,

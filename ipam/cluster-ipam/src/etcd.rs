@@ -46,6 +46,10 @@ pub enum EtcdError {
     /// finds invalid.
     #[error("etcd at {endpoint} refused the request: {message}")]
     Refused { endpoint: String, message: String },
+    /// The TLS handshake failed: a wrong CA, a missing or untrusted
+    /// client certificate. Waiting would not help.
+    #[error("TLS with etcd at {endpoint} failed (check etcd.caFile, etcd.certFile, etcd.keyFile): {message}")]
+    Tls { endpoint: String, message: String },
     #[error("failed to read etcd.{key} {path}: {source}")]
     File {
         key: &'static str,
@@ -211,6 +215,16 @@ fn is_transient(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// A handshake refused by either side. tonic hands rustls' errors over
+/// only as boxed sources (and the server's alert as text), so the cause
+/// chain's text is what tells them from a refused connection.
+fn is_tls_failure(chain: &str) -> bool {
+    let text = chain.to_ascii_lowercase();
+    ["certificate", "unknownissuer", "handshake", "alert"]
+        .iter()
+        .any(|word| text.contains(word))
+}
+
 fn spread(node: &str, n: usize) -> usize {
     let sum: usize = node.bytes().map(usize::from).sum();
     if n == 0 {
@@ -294,6 +308,12 @@ impl Etcd {
                 Ok(Ok((value, client))) => {
                     self.client = Some(client);
                     return Ok(value);
+                }
+                Ok(Err(error)) if is_tls_failure(&chain(&error)) => {
+                    return Err(EtcdError::Tls {
+                        endpoint,
+                        message: chain(&error),
+                    });
                 }
                 Ok(Err(error)) if !is_transient(&error) => {
                     return Err(EtcdError::Refused {

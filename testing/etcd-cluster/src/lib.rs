@@ -416,12 +416,12 @@ impl EtcdCluster {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut pending = which.to_vec();
         // A put proposed before there is a leader is dropped and waits out
-        // its timeout: short ones first (0.5 s), doubled on each miss up to
-        // 4 s so that a slow but working machine gets there too.
+        // its timeout: short ones first (0.2 s; a put takes some 15 ms),
+        // doubled on each miss up to 3.2 s for a slow but working machine.
         for tries in 0.. {
             self.check_alive(&pending)?;
             let mut last_err = None;
-            let timeout = Duration::from_millis(500 << tries.min(3));
+            let timeout = Duration::from_millis(200 << tries.min(4));
             let put = ["put", "/etcd-cluster/ready", "ok"];
             // All members at once: one not serving yet holds up no other.
             let polls = pending
