@@ -86,15 +86,18 @@ struct BenchArgs {
     /// Directory holding the reference plugin binaries.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference: PathBuf,
-    /// Which benchmarks: version, host-local, chain, chain-portmap,
-    /// chain-portmap-nftables, workers, portmap-scale,
+    /// Which benchmarks: version, host-local, cluster-ipam, chain,
+    /// chain-portmap, chain-portmap-nftables, workers, portmap-scale,
     /// portmap-scale-nftables (the -nftables groups tell both sides'
     /// bridge `ipMasqBackend: nftables` and portmap `backend: nftables`;
     /// the reference 1.1.1 has no such backends and stays on iptables).
+    /// cluster-ipam (against our host-local, on a local etcd cluster) is
+    /// skipped, with the reason, where /usr/bin/etcd or the plugin is
+    /// missing.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "version,host-local,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables"
+        default_value = "version,host-local,cluster-ipam,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables"
     )]
     only: Vec<String>,
     /// Rounds of the VERSION measurement.
@@ -123,6 +126,18 @@ struct BenchArgs {
     /// host-local ADD+DEL rounds per store state and side.
     #[arg(long, default_value_t = 50)]
     host_local_rounds: usize,
+    /// cluster-ipam and host-local ADD+DEL rounds each, inside a block.
+    #[arg(long, default_value_t = 50)]
+    cluster_ipam_rounds: usize,
+    /// cluster-ipam ADDs that claim a block (each on a fresh node).
+    #[arg(long, default_value_t = 50)]
+    cluster_ipam_claims: usize,
+    /// cluster-ipam nodes adding pods at once, one thread each.
+    #[arg(long, default_value_t = 20)]
+    cluster_ipam_nodes: usize,
+    /// Pods each of those nodes adds, one after the other.
+    #[arg(long, default_value_t = 50)]
+    cluster_ipam_pods: usize,
     /// Parallel workers for the many-pods-at-once figure.
     #[arg(long, default_value_t = 8)]
     workers: usize,
@@ -204,6 +219,8 @@ fn finish(report: &suite::report::Report) -> ExitCode {
 fn run_bench(a: &BenchArgs) -> Result<(), String> {
     let mut rows: Vec<Row> = Vec::new();
     let mut raw = serde_json::Map::new();
+    // Groups that could not run here, with the reason, for the report.
+    let mut skipped: Vec<String> = Vec::new();
     let wants = |name: &str| a.only.iter().any(|o| o == name);
     let state = bench::StateRoot::choose(a.state_dir.as_deref());
     eprintln!("{}", state.report_line());
@@ -238,6 +255,33 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             serde_json::to_value(f).unwrap_or_default(),
         );
         rows.extend(r);
+    }
+    if wants("cluster-ipam") {
+        match bench::cluster_ipam::unavailable(&a.ours) {
+            Some(reason) => {
+                eprintln!("skipping cluster-ipam: {reason}");
+                raw.insert(
+                    "cluster_ipam".into(),
+                    serde_json::json!({ "skipped": reason }),
+                );
+                skipped.push(format!("cluster-ipam skipped: {reason}"));
+            }
+            None => {
+                let runs = bench::cluster_ipam::ClusterIpamRuns {
+                    rounds: a.cluster_ipam_rounds,
+                    claims: a.cluster_ipam_claims,
+                    nodes: a.cluster_ipam_nodes,
+                    pods_per_node: a.cluster_ipam_pods,
+                };
+                let (f, r) = bench::cluster_ipam::measure(&a.ours, runs, &state)
+                    .map_err(|e| e.to_string())?;
+                raw.insert(
+                    "cluster_ipam".into(),
+                    serde_json::to_value(f).unwrap_or_default(),
+                );
+                rows.extend(r);
+            }
+        }
     }
     let mut growth: Option<(String, bench::chain::ChainFigures)> = None;
     for (name, portmap, backend) in [
@@ -321,6 +365,9 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     }
     println!("{}", bench::machine_line());
     println!("{}", state.report_line());
+    for line in &skipped {
+        println!("{line}");
+    }
     print!("{}", bench::render_table(&rows));
     if let Some(path) = &a.json {
         raw.insert(

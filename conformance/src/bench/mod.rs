@@ -4,6 +4,7 @@
 
 pub mod chain;
 pub mod chart;
+pub mod cluster_ipam;
 pub mod host_local;
 pub mod portmap_scale;
 pub mod version;
@@ -171,6 +172,12 @@ impl Row {
         }
     }
 
+    /// A figure with nothing to compare it with: reference and ratio are
+    /// NaN (`null` in the JSON, `-` in the table).
+    pub fn alone(metric: impl Into<String>, ours: f64, unit: &str) -> Row {
+        Row::new(metric, ours, f64::NAN, unit)
+    }
+
     pub fn with_target(mut self, target: f64) -> Row {
         self.target = Some(target);
         self
@@ -200,10 +207,15 @@ pub fn render_table(rows: &[Row]) -> String {
         } else {
             "-".to_string()
         };
+        let reference = if r.reference.is_finite() {
+            format!("{:.3} {}", r.reference, r.unit)
+        } else {
+            "-".to_string()
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.3} {} | {:.3} {} | {} | {} | {} |",
-            r.metric, r.ours, r.unit, r.reference, r.unit, ratio, target, met
+            "| {} | {:.3} {} | {} | {} | {} | {} |",
+            r.metric, r.ours, r.unit, reference, ratio, target, met
         );
     }
     out

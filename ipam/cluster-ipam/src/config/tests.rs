@@ -1,1 +1,141 @@
+use super::*;
+use serde_json::json;
 
+fn conf(ipam: Value) -> Value {
+    let mut base = json!({
+        "cniVersion": "1.1.0",
+        "name": "fabric",
+        "ipam": {
+            "type": "cluster-ipam",
+            "nodeName": "n1",
+            "ranges": [[{"subnet": "10.1.0.0/16"}]],
+            "etcd": {"endpoints": ["http://127.0.0.1:2379"]}
+        }
+    });
+    if let (Some(b), Value::Object(extra)) = (base["ipam"].as_object_mut(), ipam) {
+        for (k, v) in extra {
+            b.insert(k, v);
+        }
+    }
+    base
+}
+
+fn err(ipam: Value) -> String {
+    AddConfig::from_value(&conf(ipam), None)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn defaults() {
+    let c = AddConfig::from_value(&conf(json!({})), None).unwrap();
+    assert_eq!(c.cluster.store.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+    assert_eq!(c.ipam.store.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+    assert_eq!(
+        c.cluster.grid,
+        Grid {
+            block_size: 26,
+            block_size6: 122
+        }
+    );
+    assert_eq!(c.cluster.etcd.prefix, "/cluster-ipam");
+    assert_eq!(c.cluster.etcd.timeout, DEFAULT_ETCD_TIMEOUT);
+    assert_eq!(c.cluster.keys.root(), "/cluster-ipam/fabric/");
+    assert_eq!(c.cluster.node, "n1");
+
+    let mut no_node = conf(json!({}));
+    no_node["ipam"].as_object_mut().unwrap().remove("nodeName");
+    let c = ClusterConfig::from_value(&no_node).unwrap();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    assert_eq!(c.node, host);
+
+    let c = AddConfig::from_value(
+        &conf(json!({"dataDir": "/tmp/x", "blockSize": 24, "blockSize6": 120})),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.cluster.store.data_dir, PathBuf::from("/tmp/x"));
+    assert_eq!(
+        c.cluster.grid.to_value(),
+        r#"{"blockSize":24,"blockSize6":120}"#
+    );
+    assert_eq!(
+        store_config(&conf(json!({}))).unwrap().data_dir,
+        PathBuf::from(DEFAULT_DATA_DIR)
+    );
+}
+
+#[test]
+fn etcd_keys_are_checked() {
+    assert!(err(json!({"etcd": {}})).contains("endpoints"));
+    assert!(err(json!({"etcd": {"endpoints": ["", " "]}})).contains("endpoints"));
+    assert!(err(json!({"etcd": {"endpoints": ["http://h"]}})).contains("invalid etcd endpoint"));
+    assert!(err(json!({"etcd": {"endpoints": ["http://h:1/x"]}})).contains("invalid etcd endpoint"));
+    assert!(
+        err(json!({"etcd": {"endpoints": ["http://h:1", "https://h:2"], "caFile": "/ca"}}))
+            .contains("mix")
+    );
+    assert!(err(json!({"etcd": {"endpoints": ["https://h:1"]}})).contains("caFile"));
+    assert!(
+        err(json!({"etcd": {"endpoints": ["http://h:1"], "caFile": "/ca"}})).contains("https://")
+    );
+    assert!(
+        err(json!({"etcd": {"endpoints": ["https://h:1"], "caFile": "/ca", "keyFile": "/k"}}))
+            .contains("certFile")
+    );
+    assert!(
+        err(json!({"etcd": {"endpoints": ["http://h:1"], "passwordFile": "/p"}}))
+            .contains("username")
+    );
+    assert!(err(json!({"etcd": {"endpoints": ["http://h:1"], "prefix": "x"}})).contains("prefix"));
+    assert!(
+        err(json!({"etcd": {"endpoints": ["http://h:1"], "timeoutMs": 0}})).contains("timeoutMs")
+    );
+    let ok = AddConfig::from_value(
+        &conf(json!({"etcd": {"endpoints": ["https://[::1]:2379/"], "caFile": "/ca", "certFile": "/c", "keyFile": "/k",
+                               "username": "u", "passwordFile": "/p", "prefix": "/a/b", "timeoutMs": 250}})),
+        None,
+    )
+    .unwrap();
+    assert!(ok.cluster.etcd.uses_tls());
+    assert_eq!(ok.cluster.etcd.timeout, Duration::from_millis(250));
+    // The password is never part of the configuration's Debug text.
+    assert!(!format!("{:?}", ok.cluster.etcd).contains("password\":"));
+}
+
+#[test]
+fn grid_and_exclude_are_checked() {
+    assert!(err(json!({"blockSize": 15})).contains("larger than range 10.1.0.0/16"));
+    assert!(err(json!({"blockSize": 32})).contains("blockSize"));
+    assert!(err(json!({"blockSize": 0})).contains("blockSize"));
+    assert!(err(json!({"blockSize6": 128})).contains("blockSize6"));
+    assert!(
+        err(json!({"ranges": [[{"subnet": "fd00::/120"}]], "blockSize6": 119}))
+            .contains("blockSize6")
+    );
+    assert!(err(json!({"exclude": ["nope"]})).contains("exclude"));
+    let c = AddConfig::from_value(
+        &conf(json!({"exclude": ["10.1.2.3", "10.1.5.9/24", "fd00::1"]})),
+        None,
+    )
+    .unwrap();
+    let got: Vec<String> = c.cluster.exclude.iter().map(ToString::to_string).collect();
+    assert_eq!(got, ["10.1.2.3/32", "10.1.5.0/24", "fd00::1/128"]);
+}
+
+#[test]
+fn names_are_checked_before_keys_exist() {
+    let mut c = conf(json!({}));
+    c["name"] = json!("a..b");
+    assert!(AddConfig::from_value(&c, None)
+        .unwrap_err()
+        .to_string()
+        .contains("network name"));
+    assert!(err(json!({"nodeName": "x/y"})).contains("node name"));
+    // host-local's own checks come through unchanged.
+    assert!(
+        err(json!({"ranges": [[{"subnet": "10.1.0.0/16"}], [{"subnet": "10.1.0.0/24"}]]}))
+            .contains("overlaps")
+    );
+    assert!(AddConfig::from_value(&conf(json!({})), Some("bad")).is_err());
+}
