@@ -253,12 +253,13 @@ pub fn measure(
     // skeleton refuses the caller's own, as a runtime never passes it.
     let pod = TestNetns::new("bench-cipam");
     let netns = pod.path().display().to_string();
-    let work = WorkDir(state.work_dir("cni-cipambench").map_err(|source| {
-        ClusterIpamError::StateDir {
+    let dir = state
+        .work_dir("cni-cipambench")
+        .map_err(|source| ClusterIpamError::StateDir {
             path: state.dir.display().to_string(),
             source,
-        }
-    })?);
+        })?;
+    let work = WorkDir(dir);
     let etcd = EtcdCluster::start(MEMBERS, ClusterOptions::default())?;
     let endpoints = etcd.endpoints();
     let mut figs = ClusterIpamFigures {
@@ -268,11 +269,24 @@ pub fn measure(
         claim_block_size: CLAIM_BLOCK,
         ..ClusterIpamFigures::default()
     };
-    let binary = |name: &str| ours_dir.join(name);
-
-    in_block(&mut figs, &binary, &netns, &work.0, &endpoints, runs.rounds)?;
-    claims(&mut figs, &binary, &netns, &work.0, &endpoints, runs.claims)?;
-    figs.fleet = fleet(&binary("cluster-ipam"), &netns, &work.0, &etcd, runs)?;
+    in_block(
+        &mut figs,
+        ours_dir,
+        &netns,
+        &work.0,
+        &endpoints,
+        runs.rounds,
+    )?;
+    claims(
+        &mut figs,
+        ours_dir,
+        &netns,
+        &work.0,
+        &endpoints,
+        runs.claims,
+    )?;
+    let plugin = ours_dir.join("cluster-ipam");
+    figs.fleet = fleet(&plugin, &netns, &work.0, &etcd, runs)?;
     let rows = rows(&figs);
     Ok((figs, rows))
 }
@@ -284,7 +298,7 @@ pub fn measure(
 /// DEL, as in the host-local group.
 fn in_block(
     figs: &mut ClusterIpamFigures,
-    binary: &dyn Fn(&str) -> PathBuf,
+    ours_dir: &Path,
     netns: &str,
     work: &Path,
     endpoints: &[String],
@@ -295,7 +309,7 @@ fn in_block(
     let cluster_dir = work.join("in-block-cluster");
     let sides = [
         Plugin {
-            binary: binary("cluster-ipam"),
+            binary: ours_dir.join("cluster-ipam"),
             stdin: cluster_conf(
                 NETWORK,
                 SUBNET,
@@ -307,7 +321,7 @@ fn in_block(
             netns,
         },
         Plugin {
-            binary: binary("host-local"),
+            binary: ours_dir.join("host-local"),
             stdin: host_local_conf(NETWORK, SUBNET, &work.join("in-block-host-local")),
             netns,
         },
@@ -341,7 +355,7 @@ fn in_block(
 /// name and empty `dataDir`, whose one ADD therefore claims a block.
 fn claims(
     figs: &mut ClusterIpamFigures,
-    binary: &dyn Fn(&str) -> PathBuf,
+    ours_dir: &Path,
     netns: &str,
     work: &Path,
     endpoints: &[String],
@@ -352,7 +366,7 @@ fn claims(
         let node = format!("claim-{n}");
         let data_dir = work.join(&node);
         let plugin = Plugin {
-            binary: binary("cluster-ipam"),
+            binary: ours_dir.join("cluster-ipam"),
             stdin: cluster_conf(
                 NETWORK,
                 "10.97.0.0/16",
@@ -468,7 +482,9 @@ fn fleet(
         duplicate_ips: duplicates.into_inner(),
         blocks_claimed,
         del_failures: del_failures.into_inner(),
-        first_failure: first_failure.into_inner().unwrap_or_else(|e| e.into_inner()),
+        first_failure: first_failure
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner()),
     })
 }
 
@@ -522,7 +538,11 @@ fn rows(figs: &ClusterIpamFigures) -> Vec<Row> {
         ),
         Row::alone(format!("{fleet}: wall time"), f.wall_s, "s"),
         Row::alone(format!("{fleet}: failures"), f.failures as f64, ""),
-        Row::alone(format!("{fleet}: duplicate IPs"), f.duplicate_ips as f64, ""),
+        Row::alone(
+            format!("{fleet}: duplicate IPs"),
+            f.duplicate_ips as f64,
+            "",
+        ),
         Row::alone(
             format!("{fleet}: blocks claimed"),
             f.blocks_claimed as f64,

@@ -268,6 +268,20 @@ mod tests {
     }
 
     #[test]
+    fn a_figure_without_reference_shows_dashes_and_json_nulls() {
+        let table = render_table(&[Row::alone("blocks claimed", 20.0, "")]);
+        assert!(
+            table.contains("| blocks claimed | 20.000  | - | - |  |  |"),
+            "{table}"
+        );
+        let json = serde_json::to_value(Row::alone("x", 1.0, "s")).unwrap();
+        assert!(
+            json["reference"].is_null() && json["ratio"].is_null(),
+            "{json}"
+        );
+    }
+
+    #[test]
     fn a_missing_directory_has_an_unknown_file_system() {
         assert_eq!(
             file_system_of(Path::new("/nonexistent/cni-bench")),

@@ -13,6 +13,10 @@
 //! # Ok::<(), etcd_cluster::HarnessError>(())
 //! ```
 //!
+//! Readiness is a write: after start and restarts the harness has put
+//! [`READY_KEY`] through each member, so the key exists and the revision has
+//! moved on; keep test data under its own prefix.
+//!
 //! No member outlives the cluster: `Drop` kills and reaps every member (also
 //! when a test panics), and each member gets `PR_SET_PDEATHSIG=SIGKILL` so the
 //! kernel kills it should the test process itself be killed.
@@ -45,6 +49,8 @@ const START_ATTEMPTS: u32 = 3;
 type Timeouts = (Duration, Duration);
 /// etcdctl's own defaults.
 const NORMAL: Timeouts = (Duration::from_secs(2), Duration::from_secs(5));
+/// The key the readiness polls write (each write is a new revision).
+pub const READY_KEY: &str = "/etcd-cluster/ready";
 /// Lines of each member's log shown in an error.
 const LOG_TAIL_LINES: usize = 30;
 
@@ -414,38 +420,35 @@ impl EtcdCluster {
     /// endpoint; fails early when a member exits.
     fn wait_serving(&mut self, which: &[usize]) -> Result<(), HarnessError> {
         let deadline = Instant::now() + READY_TIMEOUT;
+        let put = ["put", READY_KEY, "ok"];
         let mut pending = which.to_vec();
         // A put proposed before there is a leader is dropped and waits out
-        // its timeout: short ones first (0.2 s; a put takes some 15 ms),
-        // doubled on each miss up to 3.2 s for a slow but working machine.
-        for tries in 0.. {
+        // its timeout: short ones first (a put takes some 15 ms), doubled
+        // on each miss up to 3.2 s for a slow but working machine.
+        let mut timeout = Duration::from_millis(200);
+        loop {
             self.check_alive(&pending)?;
-            let mut last_err = None;
-            let timeout = Duration::from_millis(200 << tries.min(4));
-            let put = ["put", "/etcd-cluster/ready", "ok"];
             // All members at once: one not serving yet holds up no other.
-            let polls = pending
-                .iter()
-                .map(|&i| self.spawn_etcdctl(&self.client_url(i), &put, (timeout, timeout)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut still = Vec::new();
-            for (&i, poll) in pending.iter().zip(polls) {
-                if let Err(e) = poll.finish() {
+            let poll = |i| self.spawn_etcdctl(&self.client_url(i), &put, (timeout, timeout));
+            let polls: Vec<_> = pending.iter().map(|&i| (i, poll(i))).collect();
+            let mut last_err = None;
+            pending.clear();
+            for (i, poll) in polls {
+                if let Err(e) = poll.and_then(Etcdctl::finish) {
                     last_err = Some(format!("member {i}: {e}"));
-                    still.push(i);
+                    pending.push(i);
                 }
             }
-            pending = still;
-            match last_err {
-                None => return Ok(()),
-                Some(reason) if Instant::now() > deadline => {
-                    let reason = format!("no write served in {READY_TIMEOUT:?}: {reason}");
-                    return Err(self.not_ready(reason));
-                }
-                Some(_) => thread::sleep(Duration::from_millis(50)),
+            let Some(reason) = last_err else {
+                return Ok(());
+            };
+            if Instant::now() > deadline {
+                let reason = format!("no write served in {READY_TIMEOUT:?}: {reason}");
+                return Err(self.not_ready(reason));
             }
+            thread::sleep(Duration::from_millis(50));
+            timeout = (timeout * 2).min(Duration::from_millis(3200));
         }
-        unreachable!("the loop above returns")
     }
 
     /// Polls until member `i` answers HTTP on its peer port: it is up, if
@@ -639,4 +642,30 @@ fn spawn_from_long_lived_thread(cmd: Command) -> io::Result<Child> {
     tx.send((cmd, reply_tx)).map_err(|_| gone())?;
     drop(spawner);
     reply_rx.recv().map_err(|_| gone())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tests that need etcd fail with this, never skip: it has to say
+    /// what to install.
+    #[test]
+    fn missing_etcd_says_what_to_install() {
+        let msg = HarnessError::EtcdMissing.to_string();
+        assert!(msg.starts_with("etcd not found: install Debian's etcd-server and etcd-client"));
+        assert!(msg.contains(".ci/install-deps"));
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        fs::write(&path, text).expect("write log");
+        let tail = log_tail(&path);
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+        assert!(tail.ends_with("line 99\n"));
+        assert!(log_tail(&dir.path().join("none")).starts_with("(cannot read"));
+    }
 }
