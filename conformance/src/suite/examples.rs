@@ -10,7 +10,12 @@
 //!   error naming that option, and DEL must leave nothing behind;
 //! - rdma-sriov needs an SR-IOV PF and RDMA devices, which test machines
 //!   lack: it runs with the plugin's test-only knobs (a fake sysfs, a
-//!   simulated PF/RDMA layer, a veth standing in for the VF netdev).
+//!   simulated PF/RDMA layer, a veth standing in for the VF netdev);
+//! - cluster-ipam needs etcd: the suite starts one real member on loopback
+//!   (testing/etcd-cluster) when a file names cluster-ipam and the plugins
+//!   under test have it, and the file's `etcd` block is pointed at it
+//!   (plain http; its prefix is kept), with the node state in the
+//!   scenario's folder.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -217,7 +222,16 @@ fn one_example(
     } else {
         None
     };
-    let run_list = match running_copy(&raw, &version, &scene) {
+    // Kept until the example has run; dropping it stops the member.
+    let etcd = match start_etcd_if_needed(&raw, &scene) {
+        Ok(e) => e,
+        Err(e) => {
+            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+            return;
+        }
+    };
+    let endpoints = etcd.as_ref().map(|c| c.endpoints()).unwrap_or_default();
+    let run_list = match running_copy(&raw, &version, &scene, &endpoints) {
         Ok(l) => l,
         Err(e) => {
             report.check(id("validated and run"), Err(format!("setup failed: {e}")));
@@ -453,7 +467,12 @@ fn leftovers(scene: &Scene, pod: &Netns, ifname: &str, network: &str) -> Step<St
 
 /// The file as it runs here: at `version`, host-local's store in the
 /// scenario's folder.
-fn running_copy(raw: &Value, version: &str, scene: &Scene) -> Step<NetworkConfigList> {
+fn running_copy(
+    raw: &Value,
+    version: &str,
+    scene: &Scene,
+    etcd_endpoints: &[String],
+) -> Step<NetworkConfigList> {
     let mut copy = raw.clone();
     copy["cniVersion"] = json!(version);
     if let Some(o) = copy.as_object_mut() {
@@ -464,9 +483,39 @@ fn running_copy(raw: &Value, version: &str, scene: &Scene) -> Step<NetworkConfig
             if p["ipam"]["type"] == "host-local" {
                 p["ipam"]["dataDir"] = json!(scene.leases());
             }
+            if p["ipam"]["type"] == "cluster-ipam" {
+                let endpoints = etcd_endpoints.to_vec();
+                let prefix = p["ipam"]["etcd"]["prefix"].clone();
+                p["ipam"]["dataDir"] = json!(scene.leases());
+                p["ipam"]["nodeName"] = json!("conformance-node");
+                p["ipam"]["etcd"] = json!({"endpoints": endpoints, "timeoutMs": 5000});
+                if !prefix.is_null() {
+                    p["ipam"]["etcd"]["prefix"] = prefix;
+                }
+            }
         }
     }
     super::scene::conflist(&copy)
+}
+
+/// One etcd member inside the scene's fake host (the plugins run there,
+/// so its loopback is theirs), when a plugin of the file uses cluster-ipam.
+fn start_etcd_if_needed(raw: &Value, scene: &Scene) -> Step<Option<etcd_cluster::EtcdCluster>> {
+    let wanted = raw["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["ipam"]["type"] == "cluster-ipam");
+    if !wanted {
+        return Ok(None);
+    }
+    let options = etcd_cluster::ClusterOptions {
+        netns: Some(scene.host.name().to_string()),
+        ..Default::default()
+    };
+    etcd_cluster::EtcdCluster::start(1, options)
+        .map(Some)
+        .map_err(|e| format!("etcd for cluster-ipam: {e}"))
 }
 
 fn runtime(scene: &Scene, knobs: Option<&FakeRdmaMachine>) -> Step<CniConfig> {

@@ -10,7 +10,14 @@ use super::sandbox::Call;
 use crate::testnet::ALL_VERSIONS;
 
 /// The plugin types the suite has scenarios for, in report order.
-pub const KNOWN_TYPES: [&str; 5] = ["loopback", "host-local", "bridge", "portmap", "rdma-sriov"];
+pub const KNOWN_TYPES: [&str; 6] = [
+    "loopback",
+    "host-local",
+    "bridge",
+    "portmap",
+    "rdma-sriov",
+    "cluster-ipam",
+];
 
 /// A plugin binary and the versions it claims.
 #[derive(Debug, Clone)]

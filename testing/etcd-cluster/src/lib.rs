@@ -26,6 +26,7 @@ mod tls;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,6 +109,10 @@ pub struct ClusterOptions {
     /// role and auth is enabled. etcd requires a `root` user for that; if
     /// `user` is not `root`, `root` is created with the same password.
     pub auth: Option<(String, String)>,
+    /// A named network namespace (`/run/netns/<name>`, `lo` up) to run
+    /// the members and etcdctl in, on that namespace's loopback: for
+    /// clients that run inside a test's fake host.
+    pub netns: Option<String>,
 }
 
 struct Member {
@@ -128,6 +133,7 @@ pub struct EtcdCluster {
     auth: Option<(String, String)>,
     /// Whether `etcdctl` must log in: auth is enabled only after start.
     auth_enabled: bool,
+    netns: Option<String>,
     // Last: the directory goes after the members are dead (`Drop` runs first).
     dir: TempDir,
 }
@@ -157,6 +163,7 @@ impl EtcdCluster {
             tls,
             auth: opts.auth,
             auth_enabled: false,
+            netns: opts.netns,
             dir,
         };
         let all: Vec<usize> = (0..members).collect();
@@ -315,7 +322,7 @@ impl EtcdCluster {
         args: &[&str],
         (dial, command): Timeouts,
     ) -> Result<Etcdctl, HarnessError> {
-        let mut cmd = Command::new(ETCDCTL);
+        let mut cmd = self.command(ETCDCTL);
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoints}"))
             .arg(format!("--dial-timeout={}ms", dial.as_millis()))
@@ -340,6 +347,20 @@ impl EtcdCluster {
         }
     }
 
+    /// `program`, inside the cluster's namespace when it has one (`ip netns
+    /// exec` enters it and execs the program in the same process, so the
+    /// PID is the program's).
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns, program]);
+                cmd
+            }
+            None => Command::new(program),
+        }
+    }
+
     fn client_url(&self, i: usize) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
@@ -361,7 +382,7 @@ impl EtcdCluster {
             .open(&m.log)
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
-        let mut cmd = Command::new(ETCD);
+        let mut cmd = self.command(ETCD);
         cmd.arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--listen-client-urls={client_url}"))
@@ -455,7 +476,9 @@ impl EtcdCluster {
     /// not necessarily part of a quorum.
     fn wait_peer_serving(&mut self, i: usize) -> Result<(), HarnessError> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        while !serves_http(self.members[i].peer_port) {
+        while !in_netns(self.netns.as_deref(), || {
+            serves_http(self.members[i].peer_port)
+        }) {
             self.check_alive(&[i])?;
             if Instant::now() > deadline {
                 let reason = format!("member {i} not serving peers after {READY_TIMEOUT:?}");
@@ -570,6 +593,32 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(LOG_TAIL_LINES);
     lines[start..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Runs `f` in the network namespace `netns` (on a thread of its own, which
+/// alone enters it), or here when there is none. `false`-like results
+/// come back when the namespace cannot be entered.
+fn in_netns<T: Send + Default>(netns: Option<&str>, f: impl FnOnce() -> T + Send) -> T {
+    let Some(ns) = netns else {
+        return f();
+    };
+    let path = format!("/run/netns/{ns}");
+    thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let Ok(file) = std::fs::File::open(&path) else {
+                    return T::default();
+                };
+                // SAFETY: setns on a valid namespace fd changes only this
+                // thread's network namespace; the thread ends after `f`.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return T::default();
+                }
+                f()
+            })
+            .join()
+            .unwrap_or_default()
+    })
 }
 
 /// Whether an HTTP server answers on 127.0.0.1:`port`. A listener that is

@@ -107,7 +107,7 @@ fn tls_wants_the_right_ca_and_client_cert() {
         1,
         ClusterOptions {
             tls: true,
-            auth: None,
+            ..ClusterOptions::default()
         },
     );
     assert!(cluster.member_endpoint(0).starts_with("https://127.0.0.1:"));
@@ -129,7 +129,14 @@ fn tls_wants_the_right_ca_and_client_cert() {
 #[test]
 fn auth_wants_the_password() {
     let auth = Some(("root".to_string(), "s3cret".to_string()));
-    let mut cluster = start(1, ClusterOptions { tls: true, auth });
+    let mut cluster = start(
+        1,
+        ClusterOptions {
+            tls: true,
+            auth,
+            ..ClusterOptions::default()
+        },
+    );
     cluster.etcdctl(&["put", "/x/a", "1"]).expect("put as root");
     assert_eq!(cluster.etcdctl(&["get", "/x/a"]).expect("get"), "/x/a\n1\n");
 
@@ -170,7 +177,13 @@ fn auth_wants_the_password() {
 #[test]
 fn auth_for_another_user() {
     let auth = Some(("ipam".to_string(), "pw:with:colons".to_string()));
-    let cluster = start(1, ClusterOptions { tls: false, auth });
+    let cluster = start(
+        1,
+        ClusterOptions {
+            auth,
+            ..ClusterOptions::default()
+        },
+    );
     cluster.etcdctl(&["put", "/x/a", "1"]).expect("put as ipam");
     let out = Command::new("/usr/bin/etcdctl")
         .env("ETCDCTL_API", "3")
