@@ -16,6 +16,7 @@
 //! - `claimPending`: set before a claim is sent and cleared once it is
 //!   recorded; a call that finds it set (the claimer was killed) reads
 //!   etcd and adopts any block etcd says is this node's.
+//!   Without etcd, `settleAfter` holds further tries off for a while.
 //! - `clusterIps`: requested addresses outside the node's blocks, reserved
 //!   in etcd under `ips/`; DEL deletes their keys.
 //! - `unreleased`: such keys whose delete failed (etcd down at DEL), sent
@@ -95,6 +96,11 @@ pub struct NodeState {
     pub blocks: Vec<HeldBlock>,
     #[serde(default)]
     pub claim_pending: bool,
+    /// Unix seconds before which a pending claim is not settled again:
+    /// set when etcd could not be reached for it, so that ADDs served from
+    /// held blocks during an outage do not each wait for etcd.
+    #[serde(default)]
+    pub settle_after: u64,
     #[serde(default)]
     pub cluster_ips: Vec<ClusterIp>,
     #[serde(default)]
@@ -108,6 +114,7 @@ impl NodeState {
             node: node.to_string(),
             blocks: Vec::new(),
             claim_pending: false,
+            settle_after: 0,
             cluster_ips: Vec::new(),
             unreleased: Vec::new(),
         }

@@ -34,6 +34,15 @@ use crate::node_state::{ClusterIp, HeldBlock, NodeState};
 /// Claims lost to other nodes before giving up: each loss means another
 /// node took a block in between, so this many in one call means a storm.
 const MAX_CLAIM_ROUNDS: usize = 32;
+/// How long a pending claim that etcd could not settle is left alone: an
+/// outage then costs one ADD in this long a wait for etcd, not every ADD.
+const SETTLE_PAUSE_SECS: u64 = 30;
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 pub struct PoolSession<'a> {
     pub cluster: &'a ClusterConfig,
@@ -142,21 +151,24 @@ impl<'a> PoolSession<'a> {
     /// adopts. Without etcd the mark stays, and the call goes on with the
     /// blocks it knows.
     pub fn reconcile_if_pending(&mut self) -> Result<(), Error> {
-        if !self.state.claim_pending {
+        if !self.state.claim_pending || now_secs() < self.state.settle_after {
             return Ok(());
         }
         let keys = self.cluster.keys.clone();
         match self.etcd()?.snapshot(&keys) {
             Ok(snapshot) => {
                 self.adopt(&snapshot);
+                self.refresh_reserved(&snapshot);
                 self.state.claim_pending = false;
                 self.save()
             }
             Err(e) => {
                 log::warn!(
-                    "a block claim was interrupted and etcd cannot be read to settle it: {e}"
+                    "a block claim was interrupted and etcd cannot be read to settle it \
+                     (tried again in {SETTLE_PAUSE_SECS} s, or at the next claim): {e}"
                 );
-                Ok(())
+                self.state.settle_after = now_secs() + SETTLE_PAUSE_SECS;
+                self.save()
             }
         }
     }
@@ -213,7 +225,17 @@ impl<'a> PoolSession<'a> {
             self.save()?;
             let grid = self.cluster.grid;
             let node = self.cluster.node.clone();
-            match self.etcd()?.claim(&keys, grid, &snapshot, block, &node)? {
+            let claim = match self.etcd()?.claim(&keys, grid, &snapshot, block, &node) {
+                Ok(claim) => claim,
+                Err(e) => {
+                    // The claim may have landed: it stays pending, but
+                    // the ADDs that follow need not wait for etcd for it.
+                    self.state.settle_after = now_secs() + SETTLE_PAUSE_SECS;
+                    self.save()?;
+                    return Err(e.into());
+                }
+            };
+            match claim {
                 Claim::Claimed(revision) => {
                     self.state.blocks.push(HeldBlock {
                         cidr: block,
@@ -361,9 +383,7 @@ impl<'a> PoolSession<'a> {
         let report = NodeReport {
             leases,
             blocks: self.state.blocks.len() as u64,
-            updated: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            updated: now_secs(),
         };
         let keys = self.cluster.keys.clone();
         let node = self.cluster.node.clone();

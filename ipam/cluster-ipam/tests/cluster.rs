@@ -332,3 +332,50 @@ fn sigkill_at_random_points_of_a_claim_loses_no_block_and_duplicates_nothing() {
         "leases besides the surviving ADDs"
     );
 }
+
+#[test]
+fn a_pending_claim_that_etcd_cannot_settle_is_left_alone_for_a_while() {
+    let (mut etcd, _ns) = start_etcd(1, Default::default());
+    let root = tempfile::tempdir().unwrap();
+    let node = Node::new(root.path(), "pending-node");
+    let mut conf = net_conf(
+        "pending",
+        &node,
+        &etcd.endpoints(),
+        json!({"ranges": [[{"subnet": "10.43.0.0/24"}]], "blockSize": 28}),
+    );
+    conf["ipam"]["etcd"]["timeoutMs"] = json!(1000);
+    add(&conf, "p0").expect_ok("ADD with etcd up");
+    // As a claimer killed after sending its claim leaves it.
+    let path = node.store("pending").join("cluster-blocks.json");
+    let mut state = node.state("pending");
+    state["claimPending"] = json!(true);
+    std::fs::write(&path, state.to_string()).unwrap();
+
+    etcd.stop_all();
+    add(&conf, "p1").expect_ok("ADD from the held block, etcd down");
+    let after_first = node.state("pending");
+    assert_eq!(after_first["claimPending"], json!(true));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        after_first["settleAfter"].as_u64().unwrap() > now,
+        "{after_first}"
+    );
+    add(&conf, "p2").expect_ok("second ADD, etcd down");
+    assert_eq!(
+        node.state("pending"),
+        after_first,
+        "the second ADD tried to settle again"
+    );
+
+    // The next claim settles it.
+    etcd.restart_all().expect("restart");
+    for i in 3..20 {
+        add(&conf, &format!("p{i}")).expect_ok("ADD after etcd is back");
+    }
+    assert_eq!(node.state("pending")["claimPending"], json!(false));
+    assert_blocks_accounted(&etcd, "pending", std::slice::from_ref(&node));
+}
