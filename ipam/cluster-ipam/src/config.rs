@@ -7,6 +7,8 @@
 //!                 [ {"subnet": "fd00:20::/64"} ] ],
 //!     "routes": [ {"dst": "10.20.0.0/16"} ],
 //!     "resolvConf": "/etc/resolv.conf",
+//!     "dns": {"nameservers": ["10.20.0.53"], "search": ["fabric.local"]},
+//!                                         inline DNS; wins over resolvConf
 //!     "blockSize": 26,                    IPv4 block prefix length (default 26: 64 addresses)
 //!     "blockSize6": 122,                  IPv6 block prefix length (default 122: 64 addresses)
 //!     "nodeName": "gpu-node-7",           default: the host name
@@ -37,6 +39,7 @@ use std::time::Duration;
 use host_local::addr::Family;
 use host_local::config::{ConfigError as RangeConfigError, IpamConfig, StoreConfig};
 use ipnetwork::IpNetwork;
+use libcni::types::Dns;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -181,6 +184,8 @@ pub struct AddConfig {
     /// Ranges, routes, DNS and requested addresses, as host-local reads
     /// them (its `store` is [`ClusterConfig::store`]).
     pub ipam: IpamConfig,
+    /// `ipam.dns`, given inline (static IPAM's shape).
+    pub dns: Option<Dns>,
 }
 
 #[derive(Deserialize)]
@@ -204,6 +209,8 @@ struct ClusterKeys {
     exclude: Option<Vec<String>>,
     #[serde(default)]
     etcd: Option<EtcdKeys>,
+    #[serde(default)]
+    dns: Option<Dns>,
 }
 
 #[derive(Deserialize)]
@@ -427,6 +434,7 @@ impl AddConfig {
     pub fn from_value(raw: &Value, env_ip: Option<&str>) -> Result<AddConfig, ConfigError> {
         let mut ipam = IpamConfig::from_value(raw, env_ip)?;
         let cluster = ClusterConfig::with_store(raw, &mut ipam.store)?;
+        let dns = NetKeys::deserialize(raw)?.ipam.and_then(|k| k.dns);
         for (set, range_set) in ipam.range_sets.iter().enumerate() {
             for range in range_set.ranges() {
                 let family = range_set.family();
@@ -444,7 +452,7 @@ impl AddConfig {
                 }
             }
         }
-        Ok(AddConfig { cluster, ipam })
+        Ok(AddConfig { cluster, ipam, dns })
     }
 }
 

@@ -18,7 +18,8 @@ fn a_node_claims_one_block_and_allocates_inside_it_without_etcd() {
     let root = tempfile::tempdir().unwrap();
     let node = Node::new(root.path(), "node-a");
     let ranges = json!({"ranges": [[{"subnet": "10.30.0.0/24"}]], "blockSize": 28,
-                        "routes": [{"dst": "10.30.0.0/16"}]});
+                        "routes": [{"dst": "10.30.0.0/16"}],
+                        "dns": {"nameservers": ["10.30.0.53"]}});
     let conf = net_conf("fabric", &node, &etcd.endpoints(), ranges.clone());
 
     let first = add(&conf, "c0").expect_ok("first ADD");
@@ -29,6 +30,7 @@ fn a_node_claims_one_block_and_allocates_inside_it_without_etcd() {
     );
     assert_eq!(first.stdout["ips"][0]["gateway"], "10.30.0.1");
     assert_eq!(first.stdout["routes"][0]["dst"], "10.30.0.0/16");
+    assert_eq!(first.stdout["dns"]["nameservers"][0], "10.30.0.53");
     let blocks = etcd_blocks(&etcd, "fabric");
     assert_eq!(blocks.len(), 1, "{blocks:?}");
     assert_eq!(blocks[0].1, "node-a");

@@ -139,3 +139,16 @@ fn names_are_checked_before_keys_exist() {
     );
     assert!(AddConfig::from_value(&conf(json!({})), Some("bad")).is_err());
 }
+
+#[test]
+fn inline_dns() {
+    let c = AddConfig::from_value(
+        &conf(json!({"dns": {"nameservers": ["10.1.0.53"], "search": ["f.local"]}})),
+        None,
+    )
+    .unwrap();
+    let dns = c.dns.unwrap();
+    assert_eq!(dns.nameservers, ["10.1.0.53"]);
+    assert_eq!(dns.search, ["f.local"]);
+    assert!(AddConfig::from_value(&conf(json!({"dns": {"nameservers": "x"}})), None).is_err());
+}

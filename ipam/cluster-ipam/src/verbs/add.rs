@@ -27,12 +27,15 @@ use crate::pool::PoolSession;
 
 pub fn add(config: &AddConfig, attachment: &Attachment) -> Result<v100::Result, Error> {
     let ipam = &config.ipam;
-    let dns = match &ipam.resolv_conf {
-        Some(path) => read_resolv_conf(path).map_err(|source| host_local::Error::ResolvConf {
-            path: path.clone(),
-            source,
-        })?,
-        None => Dns::default(),
+    let dns = match (&config.dns, &ipam.resolv_conf) {
+        (Some(inline), _) => inline.clone(),
+        (None, Some(path)) => {
+            read_resolv_conf(path).map_err(|source| host_local::Error::ResolvConf {
+                path: path.clone(),
+                source,
+            })?
+        }
+        (None, None) => Dns::default(),
     };
     let store = Store::open(
         &ipam.store.data_dir,
