@@ -216,6 +216,12 @@ impl<'a> PoolSession<'a> {
                 &self.cluster.exclude,
                 &reserved,
             ) else {
+                // This snapshot was read after any earlier claim of this
+                // call and adopted: nothing is left pending.
+                if self.state.claim_pending {
+                    self.state.claim_pending = false;
+                    self.save()?;
+                }
                 return Err(Error::PoolExhausted {
                     network: self.cluster.store.network.clone(),
                     ranges: set.to_string(),
