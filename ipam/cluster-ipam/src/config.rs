@@ -288,18 +288,13 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
         },
     };
     keys::check_prefix(&config.prefix)?;
-    let pairs: [(&'static str, bool, &'static str, bool); 3] = [
+    // Keys that only work together, each way round.
+    let together = [
         (
             "certFile",
             config.cert_file.is_some(),
             "keyFile",
             config.key_file.is_some(),
-        ),
-        (
-            "keyFile",
-            config.key_file.is_some(),
-            "certFile",
-            config.cert_file.is_some(),
         ),
         (
             "username",
@@ -308,16 +303,11 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
             config.password_file.is_some(),
         ),
     ];
-    for (given, has_given, missing, has_missing) in pairs {
-        if has_given && !has_missing {
+    for (a, has_a, b, has_b) in together {
+        if has_a != has_b {
+            let (given, missing) = if has_a { (a, b) } else { (b, a) };
             return Err(ConfigError::Incomplete { given, missing });
         }
-    }
-    if config.password_file.is_some() && config.username.is_none() {
-        return Err(ConfigError::Incomplete {
-            given: "passwordFile",
-            missing: "username",
-        });
     }
     if config.uses_tls() {
         if config.ca_file.is_none() {
