@@ -216,3 +216,27 @@ fn nodes_with_another_block_grid_cannot_claim() {
     assert!(b.leases("grid").is_empty());
     assert_eq!(etcd_blocks(&etcd, "grid").len(), 1);
 }
+
+#[test]
+fn del_releases_even_with_a_corrupt_node_record_and_add_then_says_what_to_do() {
+    let (etcd, _ns) = start_etcd(1, Default::default());
+    let root = tempfile::tempdir().unwrap();
+    let node = Node::new(root.path(), "node-c");
+    let conf = net_conf(
+        "corrupt",
+        &node,
+        &etcd.endpoints(),
+        json!({"ranges": [[{"subnet": "10.34.0.0/24"}]]}),
+    );
+    add(&conf, "c0").expect_ok("ADD");
+    std::fs::write(
+        node.store("corrupt").join("cluster-blocks.json"),
+        b"{broken",
+    )
+    .unwrap();
+    del(&conf, "c0").expect_ok("DEL with a corrupt record");
+    assert!(node.leases("corrupt").is_empty());
+    let out = add(&conf, "c1");
+    assert_eq!(out.code(), 5, "{:?}", out.stdout);
+    assert!(out.msg().contains("move it away"), "{}", out.msg());
+}

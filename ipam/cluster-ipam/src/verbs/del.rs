@@ -26,7 +26,15 @@ pub fn del(raw: &Value, attachment: &Attachment) -> Result<(), Error> {
     let Some(store) = super::open_existing(&cluster)? else {
         return Ok(());
     };
-    let mut session = PoolSession::open(&cluster, &store, cluster.store.range_sets)?;
+    let mut session = match PoolSession::open(&cluster, &store, cluster.store.range_sets) {
+        Ok(session) => session,
+        Err(Error::State(e)) => {
+            // An unreadable node record must not keep a pod's addresses.
+            log::warn!("DEL with an unreadable node record, releasing locally only: {e}");
+            return del_local(raw, attachment);
+        }
+        Err(e) => return Err(e),
+    };
     let released = session.locked.release(attachment)?;
     if released.is_empty() {
         return Ok(());
