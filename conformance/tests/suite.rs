@@ -53,7 +53,14 @@ fn suite(args: &[&str]) -> Run {
 
 fn our_plugins() -> PathBuf {
     let dir = bin_dir();
-    for plugin in ["loopback", "host-local", "bridge", "portmap", "rdma-sriov"] {
+    for plugin in [
+        "loopback",
+        "host-local",
+        "bridge",
+        "portmap",
+        "rdma-sriov",
+        "cluster-ipam",
+    ] {
         assert!(
             dir.join(plugin).is_file(),
             "{} is not built in {}: run `cargo build --workspace` first",
