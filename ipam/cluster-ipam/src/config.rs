@@ -234,6 +234,14 @@ struct EtcdKeys {
     timeout_ms: Option<u64>,
 }
 
+impl ClusterKeys {
+    fn from_value(raw: &Value) -> Result<ClusterKeys, ConfigError> {
+        Ok(NetKeys::deserialize(raw)?
+            .ipam
+            .ok_or(RangeConfigError::MissingIpam)?)
+    }
+}
+
 fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.is_empty())
 }
@@ -392,9 +400,10 @@ impl ClusterConfig {
     }
 
     fn with_store(raw: &Value, store: &mut StoreConfig) -> Result<ClusterConfig, ConfigError> {
-        let keys = NetKeys::deserialize(raw)?
-            .ipam
-            .ok_or(RangeConfigError::MissingIpam)?;
+        ClusterConfig::from_keys(ClusterKeys::from_value(raw)?, store)
+    }
+
+    fn from_keys(keys: ClusterKeys, store: &mut StoreConfig) -> Result<ClusterConfig, ConfigError> {
         if non_empty(keys.data_dir.clone()).is_none() {
             store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
         }
@@ -423,8 +432,9 @@ impl AddConfig {
     /// `CNI_ARGS`.
     pub fn from_value(raw: &Value, env_ip: Option<&str>) -> Result<AddConfig, ConfigError> {
         let mut ipam = IpamConfig::from_value(raw, env_ip)?;
-        let cluster = ClusterConfig::with_store(raw, &mut ipam.store)?;
-        let dns = NetKeys::deserialize(raw)?.ipam.and_then(|k| k.dns);
+        let mut keys = ClusterKeys::from_value(raw)?;
+        let dns = keys.dns.take();
+        let cluster = ClusterConfig::from_keys(keys, &mut ipam.store)?;
         for (set, range_set) in ipam.range_sets.iter().enumerate() {
             for range in range_set.ranges() {
                 let family = range_set.family();
