@@ -285,7 +285,12 @@ impl Etcd {
             if left.is_zero() && tries >= self.order.len() {
                 return Err(self.unreachable(last));
             }
-            let left = left.max(Duration::from_millis(50));
+            // An endpoint that never answers (a partitioned host drops
+            // packets) may take only its share of what is left of this
+            // round, so the others are still tried in time.
+            let n = self.order.len().max(1);
+            let untried = u32::try_from(n - tries % n).unwrap_or(1);
+            let left = (left / untried).max(Duration::from_millis(50));
             tries += 1;
             let endpoint = self.endpoint().to_string();
             let outcome = self.runtime.block_on(async {

@@ -379,3 +379,37 @@ fn a_pending_claim_that_etcd_cannot_settle_is_left_alone_for_a_while() {
     assert_eq!(node.state("pending")["claimPending"], json!(false));
     assert_blocks_accounted(&etcd, "pending", std::slice::from_ref(&node));
 }
+
+#[test]
+fn an_endpoint_that_never_answers_does_not_use_up_the_deadline() {
+    let (etcd, _ns) = start_etcd(1, Default::default());
+    // Accepts connections (the kernel's backlog) and never says a word,
+    // as a host behind a partition that drops replies would.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let root = tempfile::tempdir().unwrap();
+    let endpoints = vec![silent_url.clone(), etcd.endpoints()[0].clone()];
+    // Node names whose byte sums differ in parity start at either endpoint.
+    for name in ["node-a", "node-b"] {
+        let node = Node::new(root.path(), name);
+        let mut conf = net_conf(
+            "silent",
+            &node,
+            &endpoints,
+            json!({"ranges": [[{"subnet": "10.44.0.0/24"}]], "blockSize": 28}),
+        );
+        conf["ipam"]["etcd"]["timeoutMs"] = json!(3000);
+        let started = Instant::now();
+        add(&conf, "p0").expect_ok("ADD with one silent endpoint");
+        let took = started.elapsed();
+        assert_eq!(node.blocks("silent").len(), 1);
+        // The silent endpoint may hold a call for its share of the deadline
+        // (half, with two endpoints), not all of it: the answer comes from
+        // the other endpoint with time to spare.
+        assert!(
+            took < Duration::from_millis(2500),
+            "{name}: took {took:?} of a 3 s deadline"
+        );
+    }
+    drop(silent);
+}
