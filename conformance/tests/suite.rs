@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use conformance::suite::known_issues::REFERENCE;
+use conformance::suite::probe::KNOWN_TYPES;
 use conformance::testnet::{bin_dir, REFERENCE_DIR};
 
 const SUITE: &str = env!("CARGO_BIN_EXE_conformance");
@@ -53,14 +54,8 @@ fn suite(args: &[&str]) -> Run {
 
 fn our_plugins() -> PathBuf {
     let dir = bin_dir();
-    for plugin in [
-        "loopback",
-        "host-local",
-        "bridge",
-        "portmap",
-        "rdma-sriov",
-        "cluster-ipam",
-    ] {
+    // Every type the suite has scenarios for, examples included.
+    for plugin in KNOWN_TYPES {
         assert!(
             dir.join(plugin).is_file(),
             "{} is not built in {}: run `cargo build --workspace` first",
