@@ -1,0 +1,2 @@
+//! `static`: being written (issue 18).
+fn main() {}

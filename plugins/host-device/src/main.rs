@@ -1,0 +1,2 @@
+//! `host-device`: being written (issue 18).
+fn main() {}

@@ -1,0 +1,2 @@
+//! `ipvlan`: being written (issue 18).
+fn main() {}

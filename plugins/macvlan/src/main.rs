@@ -1,0 +1,2 @@
+//! `macvlan`: being written (issue 18).
+fn main() {}

@@ -1,0 +1,2 @@
+//! `sbr`: being written (issue 18).
+fn main() {}

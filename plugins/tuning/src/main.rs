@@ -1,0 +1,2 @@
+//! `tuning`: being written (issue 18).
+fn main() {}

@@ -1,0 +1,2 @@
+//! `vlan`: being written (issue 18).
+fn main() {}
