@@ -5,6 +5,8 @@
 //!   plugins ([`invoke`]);
 //! - runtime side: config loading ([`conf`]), plugin execution, the result
 //!   cache and the list operations ([`runtime`]);
+//! - the container interface made from a result, and CHECK of it
+//!   ([`iface`]);
 //! - system helpers shared by the plugins: network namespaces ([`netns`]),
 //!   netlink ([`netlink`]: one socket core for rtnetlink, nfnetlink and the
 //!   plugins' own families), nf_tables ([`nftables`]) and sysctls
@@ -15,6 +17,8 @@ pub mod cache;
 pub mod conf;
 pub mod detached;
 pub mod error;
+pub mod go_compat;
+pub mod iface;
 pub mod invoke;
 pub mod logging;
 pub mod netlink;
@@ -23,6 +27,7 @@ pub mod nftables;
 pub mod plugin_conf;
 pub mod runtime;
 pub mod skel;
+pub mod state_file;
 pub mod sysctl;
 pub mod types;
 pub mod version;

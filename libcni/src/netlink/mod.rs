@@ -6,8 +6,10 @@
 //!   errno and extended-ACK text, multipart dumps redone on
 //!   `NLM_F_DUMP_INTR`, and multi-message transactions;
 //! - [`route`]: rtnetlink ([`RouteSocket`]: links, addresses, routes);
+//!   [`link_attrs`] adds promisc, allmulticast and queue length;
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
+//! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
 //! - [`attributes`]: tolerant reading of raw attributes from kernel replies.
 //!
 //! Plugins add their own families on the same core (rdma-sriov's
@@ -15,12 +17,15 @@
 
 pub mod attributes;
 pub mod conntrack;
+pub mod link_attrs;
 pub mod netfilter;
 pub mod route;
 pub mod socket;
+pub mod sublink;
 #[cfg(test)]
 pub(crate) mod test_support;
 
+pub use link_attrs::LinkAttrs;
 pub use netfilter::{NfReply, Nfnetlink, NfnlSocket};
 pub use route::{
     format_mac, Address, IpFamily, LinkId, LinkInfo, OperState, Route, RouteSocket, Rtnetlink,

@@ -534,7 +534,7 @@ impl NetlinkSocket<Rtnetlink> {
     }
 }
 
-fn link_message(link: LinkId<'_>) -> LinkMessage {
+pub(super) fn link_message(link: LinkId<'_>) -> LinkMessage {
     let mut msg = LinkMessage::default();
     match link {
         LinkId::Index(index) => msg.header.index = index,
@@ -543,7 +543,7 @@ fn link_message(link: LinkId<'_>) -> LinkMessage {
     msg
 }
 
-fn parse_link(msg: LinkMessage) -> LinkInfo {
+pub(super) fn parse_link(msg: LinkMessage) -> LinkInfo {
     let mut link = LinkInfo {
         index: msg.header.index,
         name: String::new(),

@@ -1,0 +1,561 @@
+//! The container interface of an attachment, from a 1.x result: what the
+//! reference's `ipam.ConfigureIface` does when ADD puts the addresses and
+//! routes on it ([`configure_iface`]), and what its CHECK helpers verify
+//! later ([`check_interface_ips`], [`check_routes`]).
+//!
+//! Addresses, link state and routes go through a netlink socket bound to
+//! the container namespace; the `/proc/sys` writes need a thread inside it
+//! ([`NetNs::run`]), started only when there is something to write.
+//!
+//! Differences from the reference, all in the direction of doing less by
+//! accident: the DAD wait happens whenever an IPv6 address is added (the
+//! reference waits only when an IPv6 gateway is known, so a gateway-less
+//! IPv6 address could still be tentative when ADD returns), and CHECK
+//! looks at the result's IPs of this interface only (the reference checks
+//! every IP of a chained result against one interface).
+
+use std::net::IpAddr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ipnetwork::IpNetwork;
+use netlink_packet_route::address::AddressFlags;
+
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::netlink::{IpFamily, LinkInfo, NetlinkError, OperState, Route, RouteSocket};
+use crate::netns::{NetNs, NetNsError};
+use crate::sysctl::{self, SysctlError};
+use crate::types::{v100, Route as ResultRoute};
+
+/// The reference's bound on the wait for IPv6 duplicate address detection.
+pub const DAD_TIMEOUT: Duration = Duration::from_secs(5);
+const DAD_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// `RT_TABLE_MAIN`, where routes without a table go.
+pub const MAIN_TABLE: u32 = 254;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IfaceError {
+    #[error("no interfaces to configure")]
+    NoInterfaces,
+    #[error("failed to add IP addr {address} to {ifname:?}: invalid interface index")]
+    InvalidInterfaceIndex { address: IpNetwork, ifname: String },
+    #[error("failed to lookup {0:?}: no such link in the container")]
+    LinkNotFound(String),
+    #[error("failed to add IP addr {address} to {ifname:?}: {source}")]
+    AddAddress {
+        address: IpNetwork,
+        ifname: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("failed to set {ifname:?} up: {source}")]
+    SetUp {
+        ifname: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("failed to add route '{destination} via {gateway} dev {ifname}': {source}")]
+    AddRoute {
+        destination: IpNetwork,
+        /// The gateway as text ("<nil>" for none, as the reference prints).
+        gateway: String,
+        ifname: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("IPv6 duplicate address detection failed for {address} on {ifname:?}")]
+    DadFailed { address: IpNetwork, ifname: String },
+    #[error("IPv6 addresses on {ifname:?} still tentative after {seconds} s")]
+    DadTimeout { ifname: String, seconds: u64 },
+    #[error("failed to enable IPv6 on {ifname:?}: {source}")]
+    Ipv6Sysctl {
+        ifname: String,
+        #[source]
+        source: SysctlError,
+    },
+    #[error("failed to enter netns {path:?}: {source}")]
+    NetNs {
+        path: String,
+        #[source]
+        source: NetNsError,
+    },
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    // CHECK's findings, worded as in the reference.
+    #[error("Failed to match addr {address} on interface {ifname}")]
+    AddressMissing { address: IpNetwork, ifname: String },
+    #[error("Failed to find a route to {prefix} for interface {ifname}")]
+    NoRouteToPrefix { prefix: IpNetwork, ifname: String },
+    #[error("Expected Route {destination}{} not found in routing table", .gateway.map(|g| format!(" via {g}")).unwrap_or_default())]
+    RouteMissing {
+        destination: IpNetwork,
+        gateway: Option<IpAddr>,
+    },
+}
+
+impl IfaceError {
+    /// A finding of CHECK (the system differs from the result), as opposed
+    /// to a failure to look.
+    pub fn is_check_finding(&self) -> bool {
+        matches!(
+            self,
+            IfaceError::AddressMissing { .. }
+                | IfaceError::NoRouteToPrefix { .. }
+                | IfaceError::RouteMissing { .. }
+        )
+    }
+}
+
+impl ToCniError for IfaceError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            IfaceError::NetNs { source, .. } => match source {
+                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+                NetNsError::Open { .. }
+                | NetNsError::Switch { .. }
+                | NetNsError::Thread { .. }
+                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
+            },
+            IfaceError::NoInterfaces
+            | IfaceError::InvalidInterfaceIndex { .. }
+            | IfaceError::LinkNotFound(_)
+            | IfaceError::AddAddress { .. }
+            | IfaceError::SetUp { .. }
+            | IfaceError::AddRoute { .. }
+            | IfaceError::DadFailed { .. }
+            | IfaceError::DadTimeout { .. }
+            | IfaceError::Ipv6Sysctl { .. }
+            | IfaceError::Netlink(_)
+            | IfaceError::AddressMissing { .. }
+            | IfaceError::NoRouteToPrefix { .. }
+            | IfaceError::RouteMissing { .. } => ErrorCode::Internal,
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+/// Kernel settings [`configure_iface`] writes besides the IPv6 ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Announce {
+    /// `net/ipv4/conf/<if>/arp_notify=1` and
+    /// `net/ipv6/conf/<if>/ndisc_notify=1`, best effort: neighbours learn
+    /// the new MAC at once (macvlan and ipvlan set them, vlan does not).
+    pub notify: bool,
+}
+
+/// The result's IPs that belong to `ifname`: those whose `interface`
+/// index names it. An index past the list, or naming another interface,
+/// is an error, as in the reference; IPs without an index are skipped.
+pub fn interface_ips<'r>(
+    result: &'r v100::Result,
+    ifname: &str,
+) -> Result<Vec<&'r v100::IpConfig>, IfaceError> {
+    let mut mine = Vec::new();
+    for ip in &result.ips {
+        let Some(index) = ip.interface else { continue };
+        match result.interfaces.get(index) {
+            Some(iface) if iface.name == ifname => mine.push(ip),
+            _ => {
+                return Err(IfaceError::InvalidInterfaceIndex {
+                    address: ip.address,
+                    ifname: ifname.to_string(),
+                })
+            }
+        }
+    }
+    Ok(mine)
+}
+
+/// Puts the result on the container interface `ifname`: IPv6 enabled when
+/// an IPv6 address comes (`disable_ipv6=0` on `lo` and the interface,
+/// `keep_addr_on_down=1`), the notify settings of `announce`, the
+/// addresses, the link up, the wait for DAD, then the routes, each
+/// without a gateway going through its family's first gateway. Returns
+/// the link.
+pub fn configure_iface(
+    netns: &NetNs,
+    socket: &mut RouteSocket,
+    ifname: &str,
+    result: &v100::Result,
+    announce: Announce,
+) -> Result<LinkInfo, IfaceError> {
+    if result.interfaces.is_empty() {
+        return Err(IfaceError::NoInterfaces);
+    }
+    let link = socket
+        .link_by_name(ifname)?
+        .ok_or_else(|| IfaceError::LinkNotFound(ifname.to_string()))?;
+    let ips = interface_ips(result, ifname)?;
+    let has_ipv6 = ips.iter().any(|ip| ip.address.is_ipv6());
+    if has_ipv6 || announce.notify {
+        netns
+            .run(|| write_sysctls(ifname, has_ipv6, announce))
+            .map_err(|source| IfaceError::NetNs {
+                path: netns.path().display().to_string(),
+                source,
+            })??;
+    }
+    for ip in &ips {
+        socket
+            .add_address(link.index, ip.address)
+            .map_err(|source| IfaceError::AddAddress {
+                address: ip.address,
+                ifname: ifname.to_string(),
+                source,
+            })?;
+    }
+    socket
+        .set_link_up(link.index)
+        .map_err(|source| IfaceError::SetUp {
+            ifname: ifname.to_string(),
+            source,
+        })?;
+    if has_ipv6 {
+        settle_addresses(socket, link.index, ifname, DAD_TIMEOUT)?;
+    }
+    let gateway_of = |v4: bool| {
+        ips.iter()
+            .filter_map(|ip| ip.gateway)
+            .find(|gw| gw.is_ipv4() == v4)
+    };
+    for route in &result.routes {
+        let mut wanted = Route::new(route.dst);
+        wanted.gateway = route.gw.or_else(|| gateway_of(route.dst.is_ipv4()));
+        wanted.oif = Some(link.index);
+        wanted.table = route.table;
+        wanted.scope = route.scope;
+        wanted.priority = (route.priority != 0).then_some(route.priority);
+        wanted.mtu = (route.mtu != 0).then_some(route.mtu);
+        match socket.append_route(&wanted) {
+            Ok(()) => {}
+            // The same route is already there: what was asked for.
+            Err(e) if e.is_exists() => {}
+            Err(source) => {
+                return Err(IfaceError::AddRoute {
+                    destination: route.dst,
+                    gateway: wanted
+                        .gateway
+                        .map_or_else(|| "<nil>".to_string(), |g| g.to_string()),
+                    ifname: ifname.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(link)
+}
+
+/// Runs inside the container namespace.
+fn write_sysctls(ifname: &str, has_ipv6: bool, announce: Announce) -> Result<(), IfaceError> {
+    if announce.notify {
+        for path in [
+            format!("net/ipv4/conf/{ifname}/arp_notify"),
+            format!("net/ipv6/conf/{ifname}/ndisc_notify"),
+        ] {
+            // Best effort, as in the reference: a kernel without IPv6 has
+            // no ndisc_notify, and nothing depends on these.
+            if let Err(e) = sysctl::set(&path, "1") {
+                log::debug!("{e}");
+            }
+        }
+    }
+    if has_ipv6 {
+        let failed = |source| IfaceError::Ipv6Sysctl {
+            ifname: ifname.to_string(),
+            source,
+        };
+        for name in ["lo", ifname] {
+            // `set` reads first and writes only a different value.
+            sysctl::set(&format!("net/ipv6/conf/{name}/disable_ipv6"), "0").map_err(failed)?;
+        }
+        sysctl::set(&format!("net/ipv6/conf/{ifname}/keep_addr_on_down"), "1").map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Waits until no IPv6 address of the link is tentative. A failed DAD is
+/// an error; running out of time is one only if the link is up (a link
+/// without carrier never finishes DAD, and the reference accepts that).
+pub fn settle_addresses(
+    socket: &mut RouteSocket,
+    index: u32,
+    ifname: &str,
+    timeout: Duration,
+) -> Result<(), IfaceError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let addresses = socket.list_addresses(Some(index))?;
+        if let Some(failed) = addresses
+            .iter()
+            .find(|a| a.flags & AddressFlags::Dadfailed.bits() != 0)
+        {
+            return Err(IfaceError::DadFailed {
+                address: failed.address,
+                ifname: ifname.to_string(),
+            });
+        }
+        if !addresses
+            .iter()
+            .any(|a| a.address.is_ipv6() && a.is_tentative())
+        {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let up = socket
+                .link_by_index(index)?
+                .is_some_and(|l| l.oper_state == OperState::Up);
+            if up {
+                return Err(IfaceError::DadTimeout {
+                    ifname: ifname.to_string(),
+                    seconds: timeout.as_secs(),
+                });
+            }
+            log::info!("{ifname}: IPv6 addresses still tentative, link not up; not waiting");
+            return Ok(());
+        }
+        thread::sleep(DAD_POLL_INTERVAL);
+    }
+}
+
+fn network(net: IpNetwork) -> Option<IpNetwork> {
+    IpNetwork::new(net.network(), net.prefix()).ok()
+}
+
+/// CHECK: every IP the result gives `link` is on it, and the main table
+/// has a route to its prefix.
+pub fn check_interface_ips(
+    socket: &mut RouteSocket,
+    link: &LinkInfo,
+    result: &v100::Result,
+) -> Result<(), IfaceError> {
+    let ips = interface_ips(result, &link.name)?;
+    if ips.is_empty() {
+        return Ok(());
+    }
+    let addresses: Vec<IpNetwork> = socket
+        .list_addresses(Some(link.index))?
+        .into_iter()
+        .map(|a| a.address)
+        .collect();
+    let routes = socket.list_routes(None)?;
+    for ip in ips {
+        if !addresses.contains(&ip.address) {
+            return Err(IfaceError::AddressMissing {
+                address: ip.address,
+                ifname: link.name.clone(),
+            });
+        }
+        let prefix = network(ip.address);
+        let routed = routes
+            .iter()
+            .any(|r| r.table == Some(MAIN_TABLE) && network(r.destination) == prefix);
+        if !routed {
+            return Err(IfaceError::NoRouteToPrefix {
+                prefix: prefix.unwrap_or(ip.address),
+                ifname: link.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// CHECK: every route of the result is in its table (main when it names
+/// none), with its gateway when it has one; a default route matches any
+/// default route of its family, as in the reference.
+pub fn check_routes(socket: &mut RouteSocket, wanted: &[ResultRoute]) -> Result<(), IfaceError> {
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let v4 = socket.list_routes(Some(IpFamily::V4))?;
+    let v6 = socket.list_routes(Some(IpFamily::V6))?;
+    for route in wanted {
+        let table: &[Route] = if route.dst.is_ipv4() { &v4 } else { &v6 };
+        let in_table = route.table.unwrap_or(MAIN_TABLE);
+        let default = route.dst.prefix() == 0;
+        let found = table.iter().any(|r| {
+            r.table == Some(in_table)
+                && network(r.destination) == network(route.dst)
+                && (default || route.gw.is_none() || r.gateway == route.gw)
+        });
+        if !found {
+            return Err(IfaceError::RouteMissing {
+                destination: route.dst,
+                gateway: route.gw,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The result's entry for `ifname` in the sandbox `netns`, with its index:
+/// what CHECK compares the container interface with.
+pub fn sandbox_interface<'r>(
+    result: &'r v100::Result,
+    ifname: &str,
+    netns: &str,
+) -> Option<(usize, &'r v100::Interface)> {
+    result
+        .interfaces
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.name == ifname && i.sandbox == netns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::test_support::in_private_netns;
+    use crate::netlink::VethPair;
+
+    fn ip(interface: Option<usize>, address: &str, gateway: Option<&str>) -> v100::IpConfig {
+        v100::IpConfig {
+            interface,
+            address: address.parse().unwrap(),
+            gateway: gateway.map(|g| g.parse().unwrap()),
+        }
+    }
+
+    fn result_for(ifname: &str) -> v100::Result {
+        let mut result = v100::Result::new();
+        result.interfaces = vec![v100::Interface {
+            name: ifname.to_string(),
+            ..v100::Interface::default()
+        }];
+        result
+    }
+
+    #[test]
+    fn ips_of_an_interface_follow_their_index() {
+        let mut result = result_for("net1");
+        result.interfaces.push(v100::Interface {
+            name: "other".into(),
+            ..v100::Interface::default()
+        });
+        result.ips = vec![
+            ip(Some(0), "10.0.0.2/24", None),
+            ip(None, "10.9.0.2/24", None),
+        ];
+        let mine = interface_ips(&result, "net1").unwrap();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].address.to_string(), "10.0.0.2/24");
+        result.ips.push(ip(Some(1), "10.1.0.2/24", None));
+        assert!(matches!(
+            interface_ips(&result, "net1"),
+            Err(IfaceError::InvalidInterfaceIndex { .. })
+        ));
+        result.ips.pop();
+        result.ips.push(ip(Some(7), "10.1.0.2/24", None));
+        assert!(interface_ips(&result, "net1").is_err());
+    }
+
+    /// Configures a veth end from a result in a private namespace, then
+    /// CHECK passes; each kind of damage is found.
+    #[test]
+    fn configure_then_check_finds_what_is_missing() {
+        in_private_netns(|| {
+            let netns = NetNs::current_thread().unwrap();
+            let mut socket = RouteSocket::open_current().unwrap();
+            socket
+                .create_veth_pair(&VethPair {
+                    name: "if-pod",
+                    peer_name: "if-peer",
+                    ..VethPair::default()
+                })
+                .unwrap();
+            socket.set_link_up("if-peer").unwrap();
+            let mut result = result_for("if-pod");
+            result.ips = vec![
+                ip(Some(0), "10.7.0.2/24", Some("10.7.0.1")),
+                ip(Some(0), "fd00:7::2/64", Some("fd00:7::1")),
+            ];
+            result.routes = vec![
+                ResultRoute::new("0.0.0.0/0".parse().unwrap(), None),
+                ResultRoute::new(
+                    "10.8.0.0/16".parse().unwrap(),
+                    Some("10.7.0.9".parse().unwrap()),
+                ),
+                ResultRoute::new("::/0".parse().unwrap(), None),
+            ];
+            let link = configure_iface(
+                &netns,
+                &mut socket,
+                "if-pod",
+                &result,
+                Announce { notify: true },
+            )
+            .unwrap();
+            assert!(socket.link_by_index(link.index).unwrap().unwrap().up);
+            let arp_notify = netns
+                .run(|| sysctl::get("net/ipv4/conf/if-pod/arp_notify"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(arp_notify, "1");
+            let routes = socket.list_routes(Some(IpFamily::V4)).unwrap();
+            let default = routes
+                .iter()
+                .find(|r| r.destination.prefix() == 0 && r.table == Some(MAIN_TABLE))
+                .expect("default route");
+            assert_eq!(default.gateway, Some("10.7.0.1".parse().unwrap()));
+            assert!(socket
+                .list_addresses(Some(link.index))
+                .unwrap()
+                .iter()
+                .all(|a| !a.is_tentative()));
+
+            check_interface_ips(&mut socket, &link, &result).unwrap();
+            check_routes(&mut socket, &result.routes).unwrap();
+
+            let mut missing = result.clone();
+            missing.routes.push(ResultRoute::new(
+                "10.9.0.0/16".parse().unwrap(),
+                Some("10.7.0.1".parse().unwrap()),
+            ));
+            let error = check_routes(&mut socket, &missing.routes).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "Expected Route 10.9.0.0/16 via 10.7.0.1 not found in routing table"
+            );
+            // The route exists, with another gateway.
+            let mut wrong_gw = result.clone();
+            wrong_gw.routes = vec![ResultRoute::new(
+                "10.8.0.0/16".parse().unwrap(),
+                Some("10.7.0.8".parse().unwrap()),
+            )];
+            assert!(check_routes(&mut socket, &wrong_gw.routes).is_err());
+
+            socket
+                .del_address(link.index, "10.7.0.2/24".parse().unwrap())
+                .unwrap();
+            let error = check_interface_ips(&mut socket, &link, &result).unwrap_err();
+            assert!(error.is_check_finding());
+            assert_eq!(
+                error.to_string(),
+                "Failed to match addr 10.7.0.2/24 on interface if-pod"
+            );
+        });
+    }
+
+    #[test]
+    fn configure_refuses_results_it_cannot_place() {
+        in_private_netns(|| {
+            let netns = NetNs::current_thread().unwrap();
+            let mut socket = RouteSocket::open_current().unwrap();
+            let empty = v100::Result::new();
+            assert!(matches!(
+                configure_iface(&netns, &mut socket, "lo", &empty, Announce::default()),
+                Err(IfaceError::NoInterfaces)
+            ));
+            assert!(matches!(
+                configure_iface(
+                    &netns,
+                    &mut socket,
+                    "if-none",
+                    &result_for("if-none"),
+                    Announce::default()
+                ),
+                Err(IfaceError::LinkNotFound(_))
+            ));
+        });
+    }
+}
