@@ -84,7 +84,16 @@ fn everything_passes_against_our_plugins() {
     assert_eq!(run.closing_line(), format!("{passed} passed, 0 failed"));
 
     // Every spec version and verb of every plugin was exercised.
-    for plugin in ["loopback", "host-local", "bridge", "portmap"] {
+    for plugin in [
+        "loopback",
+        "host-local",
+        "bridge",
+        "portmap",
+        "macvlan",
+        "static",
+        "tuning",
+        "sbr",
+    ] {
         for version in conformance::testnet::ALL_VERSIONS {
             let add = format!("ok    {plugin}: {version} ADD gives a {version} result");
             assert!(run.stdout.contains(&add), "missing: {add}");

@@ -31,6 +31,10 @@ const LOOPBACK_LAYOUT: &str = "loopback 1.1.1 prints its 1.0.0-layout result und
 const PORTMAP_CHECK: &str = "portmap CHECK fails for every IPv4-only pod: it checks an IPv6 \
      DNAT chain it never created (`could not check ipv6 dnat: chain CNI-DN-... not found`)";
 
+const SBR_DEL_NETNS: &str = "sbr DEL locks and enters CNI_NETNS before anything else, so it \
+     fails when the netns is gone (`unknown FS magic`, after creating an empty file at that \
+     path) or empty (`no such file or directory`)";
+
 /// The Debian reference plugins' known issues.
 pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
@@ -68,6 +72,30 @@ pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
         check_id: "portmap: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
         reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "macvlan: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "static: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "tuning: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "sbr: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "sbr: DEL with the netns gone succeeds and releases what ADD took",
+        reason: SBR_DEL_NETNS,
+    },
+    KnownIssue {
+        check_id: "sbr: second DEL with CNI_NETNS empty and no prevResult succeeds",
+        reason: SBR_DEL_NETNS,
     },
     KnownIssue {
         check_id: "portmap: 0.4.0 CHECK right after ADD succeeds",

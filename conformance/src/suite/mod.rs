@@ -2,9 +2,9 @@
 //! that they behave as the spec and real runtimes need, printing one line
 //! per check and a closing `N passed, N failed` line.
 //!
-//! It knows the plugin types `loopback`, `host-local`, `bridge`, `portmap`
-//! and `rdma-sriov` and exercises those the directory has, at every spec
-//! version each claims (its VERSION answer decides). Everything runs in
+//! It knows the plugin types of [`probe::KNOWN_TYPES`] and exercises those
+//! the directory has, at every spec version each claims (its VERSION
+//! answer decides). Everything runs in
 //! network namespaces the suite creates (a fake host per scenario, where
 //! the plugins run, and pods), with leases and caches in private folders:
 //! the machine's own network is never touched.

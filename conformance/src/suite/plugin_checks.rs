@@ -617,7 +617,7 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
     }
     let dir = plugin.dir();
     match subject {
-        Subject::HostLocal | Subject::Bridge => {
+        Subject::HostLocal | Subject::Bridge | Subject::Macvlan => {
             for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
                 let what = if key == "cni.dev/valid-attachments" {
                     "GC with cni.dev/valid-attachments releases only stale leases".to_string()
@@ -631,6 +631,7 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
                         let scene = setup(Scene::new("gc", &dir))?;
                         let keep = setup(scene.pod("gck"))?;
                         let stale = setup(scene.pod("gcs"))?;
+                        subject.prepare(&scene, &keep)?;
                         let conf = subject.conf(&scene, "1.1.0");
                         let mut ips = Vec::new();
                         for (cid, pod) in [("suite-gc-keep", &keep), ("suite-gc-stale", &stale)] {
@@ -654,7 +655,7 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
                 );
             }
         }
-        Subject::Loopback => {
+        Subject::Loopback | Subject::Static | Subject::Tuning | Subject::Sbr => {
             report.check(
                 id(plugin, "GC with cni.dev/valid-attachments succeeds"),
                 (|| {

@@ -10,13 +10,17 @@ use super::sandbox::Call;
 use crate::testnet::ALL_VERSIONS;
 
 /// The plugin types the suite has scenarios for, in report order.
-pub const KNOWN_TYPES: [&str; 6] = [
+pub const KNOWN_TYPES: [&str; 10] = [
     "loopback",
     "host-local",
     "bridge",
     "portmap",
     "rdma-sriov",
     "cluster-ipam",
+    "macvlan",
+    "static",
+    "tuning",
+    "sbr",
 ];
 
 /// A plugin binary and the versions it claims.

@@ -15,7 +15,26 @@ pub enum Subject {
     HostLocal,
     Bridge,
     Portmap,
+    /// A macvlan link on a master in the fake host ([`MACVLAN_MASTER`]).
+    Macvlan,
+    /// IPAM that hands out the address its configuration names.
+    Static,
+    /// Chained after a plugin that gave the pod `eth0`.
+    Tuning,
+    /// Chained after a plugin that gave the pod `eth0` with an address.
+    Sbr,
 }
+
+/// The master link of the macvlan scenarios, made in each fake host.
+pub const MACVLAN_MASTER: &str = "suite-m0";
+/// The address `static` scenarios configure, and the chained plugins'
+/// prevResult gives the pod.
+pub const POD_ADDRESS: &str = "10.99.0.5/24";
+/// What `tuning` scenarios set on the pod's interface.
+pub const TUNED_MTU: u64 = 1400;
+const TUNED_SYSCTL: &str = "net.ipv4.conf.eth0.arp_ignore";
+/// The table `sbr` picks first when the pod has no rules of its own.
+const SBR_TABLE: &str = "100";
 
 /// The host port `portmap` scenarios publish.
 pub const HOST_PORT: u16 = 18080;
@@ -28,6 +47,10 @@ impl Subject {
             "host-local" => Some(Subject::HostLocal),
             "bridge" => Some(Subject::Bridge),
             "portmap" => Some(Subject::Portmap),
+            "macvlan" => Some(Subject::Macvlan),
+            "static" => Some(Subject::Static),
+            "tuning" => Some(Subject::Tuning),
+            "sbr" => Some(Subject::Sbr),
             _ => None,
         }
     }
@@ -38,6 +61,10 @@ impl Subject {
             Subject::HostLocal => "host-local",
             Subject::Bridge => "bridge",
             Subject::Portmap => "portmap",
+            Subject::Macvlan => "macvlan",
+            Subject::Static => "static",
+            Subject::Tuning => "tuning",
+            Subject::Sbr => "sbr",
         }
     }
 
@@ -54,13 +81,29 @@ impl Subject {
 
     /// Whether the plugin opens CNI_NETNS (so a bad path must fail it).
     pub fn enters_netns(self) -> bool {
-        matches!(self, Subject::Loopback | Subject::Bridge)
+        matches!(
+            self,
+            Subject::Loopback | Subject::Bridge | Subject::Macvlan | Subject::Tuning | Subject::Sbr
+        )
     }
 
     /// Whether the plugin takes values from CNI_ARGS (and so must refuse
     /// unknown keys unless `IgnoreUnknown` is set, as the reference does).
     pub fn reads_cni_args(self) -> bool {
-        matches!(self, Subject::HostLocal | Subject::Bridge)
+        matches!(
+            self,
+            Subject::HostLocal
+                | Subject::Bridge
+                | Subject::Macvlan
+                | Subject::Static
+                | Subject::Tuning
+        )
+    }
+
+    /// Whether the plugin's ADD needs a prevResult (a chained plugin), so
+    /// that versions without prevResult (below 0.3.0) cannot be run.
+    pub fn needs_prev_result(self) -> bool {
+        matches!(self, Subject::Portmap | Subject::Tuning | Subject::Sbr)
     }
 
     /// The plugin's configuration at `version` (prevResult not included).
@@ -84,19 +127,105 @@ impl Subject {
                     {"hostPort": HOST_PORT, "containerPort": CONTAINER_PORT, "protocol": "tcp"}
                 ]},
             }),
+            Subject::Macvlan => json!({
+                "cniVersion": version, "name": name, "type": "macvlan",
+                "master": MACVLAN_MASTER, "mode": "bridge",
+                "ipam": scene.ipam(SUBNET),
+            }),
+            Subject::Static => json!({
+                "cniVersion": version, "name": name, "type": "static",
+                "ipam": {
+                    "type": "static",
+                    "addresses": [{"address": POD_ADDRESS, "gateway": GATEWAY}],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            }),
+            Subject::Tuning => json!({
+                "cniVersion": version, "name": name, "type": "tuning",
+                "mtu": TUNED_MTU, "promisc": true,
+                "sysctl": {TUNED_SYSCTL: "1"},
+                "dataDir": scene.work.join("tuning"),
+            }),
+            Subject::Sbr => json!({"cniVersion": version, "name": name, "type": "sbr"}),
+        }
+    }
+
+    /// What the pod and the fake host must hold before the plugin runs:
+    /// the macvlan master in the host; for the chained plugins, the `eth0`
+    /// their prevResult names (a veth whose peer stays in the pod), with
+    /// its address for `sbr`, as the plugin before them would leave it.
+    pub fn prepare(self, scene: &Scene, pod: &Netns) -> Result<(), String> {
+        let ip = |ns: &Netns, args: &[&str]| ns.ip(args).map(|_| ()).map_err(|e| e.to_string());
+        match self {
+            Subject::Macvlan => {
+                if !scene.has_link(&scene.host, MACVLAN_MASTER)? {
+                    let peer = format!("{MACVLAN_MASTER}p");
+                    ip(
+                        &scene.host,
+                        &[
+                            "link",
+                            "add",
+                            MACVLAN_MASTER,
+                            "type",
+                            "veth",
+                            "peer",
+                            "name",
+                            &peer,
+                        ],
+                    )?;
+                    ip(&scene.host, &["link", "set", MACVLAN_MASTER, "up"])?;
+                    ip(&scene.host, &["link", "set", &peer, "up"])?;
+                }
+                Ok(())
+            }
+            Subject::Tuning | Subject::Sbr => {
+                if scene.has_link(pod, "eth0")? {
+                    return Ok(());
+                }
+                ip(
+                    pod,
+                    &[
+                        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+                    ],
+                )?;
+                ip(pod, &["link", "set", "eth0p", "up"])?;
+                ip(pod, &["link", "set", "eth0", "up"])?;
+                if self == Subject::Sbr {
+                    ip(pod, &["address", "add", POD_ADDRESS, "dev", "eth0"])?;
+                    ip(
+                        pod,
+                        &["route", "add", "default", "via", GATEWAY, "dev", "eth0"],
+                    )?;
+                }
+                Ok(())
+            }
+            Subject::Loopback
+            | Subject::HostLocal
+            | Subject::Bridge
+            | Subject::Portmap
+            | Subject::Static => Ok(()),
         }
     }
 
     /// What a chained plugin gets from the plugin before it: a result
     /// naming the pod's interface and an address, in `version`'s layout.
     pub fn prev_result(self, version: &str, pod: &Netns) -> Result<Option<Value>, String> {
-        if self != Subject::Portmap {
+        if !self.needs_prev_result() {
             return Ok(None);
         }
+        let mac = match self {
+            // The chained plugins read or change the real link: name its MAC.
+            Subject::Tuning | Subject::Sbr => pod
+                .link("eth0")
+                .map_err(|e| e.to_string())?
+                .and_then(|l| l["address"].as_str().map(str::to_string))
+                .ok_or("no eth0 in the pod")?,
+            _ => "0a:58:0a:63:00:05".to_string(),
+        };
         let v1 = json!({
             "cniVersion": "1.0.0",
-            "interfaces": [{"name": "eth0", "mac": "0a:58:0a:63:00:05", "sandbox": pod.path_string()}],
-            "ips": [{"address": "10.99.0.5/24", "gateway": GATEWAY, "interface": 0}],
+            "interfaces": [{"name": "eth0", "mac": mac, "sandbox": pod.path_string()}],
+            "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 0}],
             "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
         });
         result_at(version, &v1).map(Some)
@@ -109,6 +238,7 @@ impl Subject {
         version: &str,
         pod: &Netns,
     ) -> Result<Value, String> {
+        self.prepare(scene, pod)?;
         let mut conf = self.conf(scene, version);
         if let Some(prev) = self.prev_result(version, pod)? {
             conf["prevResult"] = prev;
@@ -176,13 +306,109 @@ impl Subject {
                     Err(format!("result {result} differs from prevResult {prev}"))
                 }
             }
+            Subject::Macvlan => {
+                let want = result_addresses(result)
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| format!("no address in the result {result}"))?;
+                let link = pod
+                    .ip_json(&["-d", "link", "show", "eth0"])
+                    .map_err(|e| e.to_string())?;
+                let info = &link[0]["linkinfo"];
+                if info["info_kind"] != "macvlan" || info["info_data"]["mode"] != "bridge" {
+                    return Err(format!("pod eth0 is not a bridge-mode macvlan: {link}"));
+                }
+                let have = pod.addresses("eth0").map_err(|e| e.to_string())?;
+                if !have.contains(&want) {
+                    return Err(format!("pod eth0 has {have:?}, result says {want}"));
+                }
+                Ok(format!("pod eth0 is a macvlan with {want}"))
+            }
+            Subject::Static => {
+                let addrs = result_addresses(result);
+                if addrs.first().map(String::as_str) == Some(POD_ADDRESS) {
+                    Ok(format!("gave {POD_ADDRESS}"))
+                } else {
+                    Err(format!(
+                        "result gives {addrs:?}, config names {POD_ADDRESS}"
+                    ))
+                }
+            }
+            Subject::Tuning => {
+                let link = pod
+                    .link("eth0")
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no eth0 in the pod")?;
+                let promisc = link["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "PROMISC"));
+                if link["mtu"] != TUNED_MTU || !promisc {
+                    return Err(format!(
+                        "pod eth0 is not tuned (mtu {TUNED_MTU}, promisc): {link}"
+                    ));
+                }
+                let sysctl = pod
+                    .exec("sysctl", &["-n", TUNED_SYSCTL])
+                    .map_err(|e| e.to_string())?;
+                if sysctl.trim() != "1" {
+                    return Err(format!("{TUNED_SYSCTL} is {sysctl:?} in the pod, not 1"));
+                }
+                Ok("mtu, promisc and sysctl set".into())
+            }
+            Subject::Sbr => {
+                let ip = POD_ADDRESS.split('/').next().unwrap_or_default();
+                if !sbr_rule_present(pod, ip)? {
+                    return Err(format!("no rule from {ip} to table {SBR_TABLE} in the pod"));
+                }
+                let table = pod
+                    .ip(&["route", "show", "table", SBR_TABLE])
+                    .map_err(|e| e.to_string())?;
+                if !table.contains(&format!("default via {GATEWAY}")) {
+                    return Err(format!("table {SBR_TABLE} has no default route: {table:?}"));
+                }
+                Ok(format!(
+                    "rule from {ip} to table {SBR_TABLE} with its default route"
+                ))
+            }
         }
     }
 
     /// Whether DEL undid what ADD did.
     pub fn verify_deleted(self, scene: &Scene, pod: &Netns) -> Result<String, String> {
         match self {
-            Subject::Loopback | Subject::Portmap => Ok(String::new()),
+            Subject::Loopback | Subject::Portmap | Subject::Static => Ok(String::new()),
+            Subject::Macvlan => {
+                if scene.has_link(pod, "eth0")? {
+                    return Err("pod still has eth0".into());
+                }
+                let leased = scene.leased(&self.network());
+                if !leased.is_empty() {
+                    return Err(format!("leases left: {leased:?}"));
+                }
+                Ok("eth0 and lease gone".into())
+            }
+            Subject::Tuning => {
+                // What ADD changed is put back; the sysctl stays, as the
+                // reference leaves it.
+                let link = pod
+                    .link("eth0")
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no eth0 in the pod")?;
+                let promisc = link["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "PROMISC"));
+                if link["mtu"] == TUNED_MTU || promisc {
+                    return Err(format!("pod eth0 still tuned: {link}"));
+                }
+                Ok("mtu and promisc restored".into())
+            }
+            Subject::Sbr => {
+                let ip = POD_ADDRESS.split('/').next().unwrap_or_default();
+                if sbr_rule_present(pod, ip)? {
+                    return Err(format!("the rule from {ip} is still in the pod"));
+                }
+                Ok("rule gone".into())
+            }
             Subject::HostLocal => {
                 let leased = scene.leased(&self.network());
                 if leased.is_empty() {
@@ -217,4 +443,14 @@ impl Subject {
             }
         }
     }
+}
+
+/// Whether the pod has a policy rule from `ip` to sbr's first table.
+fn sbr_rule_present(pod: &Netns, ip: &str) -> Result<bool, String> {
+    let rules = pod.ip_json(&["rule", "show"]).map_err(|e| e.to_string())?;
+    Ok(rules.as_array().is_some_and(|rules| {
+        rules
+            .iter()
+            .any(|r| r["src"] == ip && r["table"] == SBR_TABLE)
+    }))
 }
