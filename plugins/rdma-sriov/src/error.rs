@@ -115,7 +115,14 @@ impl ToCniError for PluginError {
             | PluginError::SharedMode
             | PluginError::NoFreeVf { .. }
             | PluginError::Unavailable(_) => ErrorCode::NotAvailable,
-            PluginError::WrongPf { .. } => ErrorCode::InvalidNetworkConfig,
+            // The configuration (deviceID, pf) names a device this node
+            // does not have, or one that is no VF: retrying cannot help.
+            PluginError::WrongPf { .. }
+            | PluginError::Sysfs(
+                SysfsError::DeviceNotFound { .. }
+                | SysfsError::NotAVf { .. }
+                | SysfsError::PfNotFound { .. },
+            ) => ErrorCode::InvalidNetworkConfig,
             _ => ErrorCode::Internal,
         };
         CniError::new(code, self.to_string())
@@ -147,6 +154,24 @@ mod tests {
         );
         assert_eq!(code(PluginError::Config(ConfigError::NoDevice)), 7);
         assert_eq!(code(PluginError::IpamNoIps), 999);
+        let missing = PluginError::Sysfs(SysfsError::DeviceNotFound {
+            pci: "0000:af:06.7".into(),
+            path: PathBuf::from("/sys/bus/pci/devices/0000:af:06.7"),
+        });
+        let e = missing.to_cni_error();
+        assert_eq!(e.code.as_u32(), 7);
+        assert!(
+            e.msg
+                .starts_with("PCI device 0000:af:06.7 does not exist on this node"),
+            "{}",
+            e.msg
+        );
+        assert_eq!(
+            code(PluginError::Sysfs(SysfsError::NotAVf {
+                pci: "0000:01:00.0".into()
+            })),
+            7
+        );
         let wrapped = PluginError::RollbackFailed {
             error: Box::new(PluginError::SharedMode),
             problems: vec!["a".into()],

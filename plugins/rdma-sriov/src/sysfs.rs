@@ -26,7 +26,10 @@ pub const USERSPACE_DRIVERS: [&str; 3] = ["vfio-pci", "uio_pci_generic", "igb_ui
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
-    #[error("PCI device {pci} not found at {}", .path.display())]
+    /// The address is well formed but names no device here: the device
+    /// plugin handed out a VF that has gone (the PF's `sriov_numvfs`
+    /// changed) or the configuration names another node's device.
+    #[error("PCI device {pci} does not exist on this node ({} is missing): check deviceID, and that the PF still has this VF (its sriov_numvfs)", .path.display())]
     DeviceNotFound { pci: String, path: PathBuf },
     #[error("PCI device {pci} is not an SR-IOV VF (no physfn link)")]
     NotAVf { pci: String },

@@ -863,6 +863,34 @@ fn bad_configurations_are_code_7_and_change_nothing() {
     assert!(link(&rig.host, "vf0").is_some());
 }
 
+/// A well-formed deviceID this node does not have (the device plugin's
+/// list is stale, or the configuration names another node's VF).
+#[test]
+fn device_id_missing_on_the_node_is_code_7_naming_the_address() {
+    let rig = rig_with_vf0("rs-nodev");
+    let pod = TestNetns::new("rs-nodev-pod");
+    for conf in [
+        rig.conf(json!({"deviceID": "0000:af:00.7", "trust": "on"})),
+        rig.conf(json!({"runtimeConfig": {"deviceID": "0000:af:00.7"}, "trust": "on"})),
+    ] {
+        let out = rig.add("c1", &pod, "net1", &conf);
+        assert_eq!(out.error_code(), 7, "{}", out.stdout);
+        let msg = out.json()["msg"].as_str().unwrap().to_string();
+        assert!(
+            msg.starts_with("PCI device 0000:af:00.7 does not exist on this node"),
+            "{msg}"
+        );
+        assert!(msg.contains("check deviceID"), "{msg}");
+    }
+    // Nothing was touched: no PF call, no state, no lease, VF 0 at home.
+    assert!(rig.calls().is_empty(), "{:?}", rig.calls());
+    assert!(rig.state_of("c1", "net1").is_none());
+    assert!(rig.allocation_of("0000:af:00.7").is_none());
+    assert!(!rig.lease_exists("10.77.0.2"));
+    assert!(link(&rig.host, "vf0").is_some());
+    assert_eq!(pod.links(), vec!["lo"]);
+}
+
 /// The shipped example, run the way a runtime runs it: through libcni,
 /// with the VF handed over by the `deviceID` capability.
 #[test]
