@@ -88,18 +88,24 @@ struct BenchArgs {
     reference: PathBuf,
     /// Which benchmarks: version, host-local, cluster-ipam, chain,
     /// chain-portmap, chain-portmap-nftables, workers, portmap-scale,
-    /// portmap-scale-nftables (the -nftables groups tell both sides'
-    /// bridge `ipMasqBackend: nftables` and portmap `backend: nftables`;
-    /// the reference 1.1.1 has no such backends and stays on iptables).
+    /// portmap-scale-nftables, secondary (the -nftables groups tell both
+    /// sides' bridge `ipMasqBackend: nftables` and portmap `backend:
+    /// nftables`; the reference 1.1.1 has no such backends and stays on
+    /// iptables). secondary measures each secondary-network plugin alone
+    /// (macvlan, host-device, static, tuning, sbr); one we have not built
+    /// is skipped, with the reason.
     /// cluster-ipam (against our host-local, on a local etcd cluster) is
     /// skipped, with the reason, where /usr/bin/etcd or the plugin is
     /// missing.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "version,host-local,cluster-ipam,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables"
+        default_value = "version,host-local,cluster-ipam,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables,secondary"
     )]
     only: Vec<String>,
+    /// ADD+DEL rounds per side of each secondary-network plugin.
+    #[arg(long, default_value_t = 20)]
+    secondary_rounds: usize,
     /// Rounds of the VERSION measurement.
     #[arg(long, default_value_t = 300)]
     version_rounds: usize,
@@ -344,6 +350,32 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             );
             rows.extend(r);
         }
+    }
+    if wants("secondary") {
+        let mut figs = Vec::new();
+        for plugin in bench::secondary::PLUGINS {
+            if !a.ours.join(plugin).exists() {
+                skipped.push(format!(
+                    "secondary {plugin}: not built in {}",
+                    a.ours.display()
+                ));
+                continue;
+            }
+            let (f, r) = bench::secondary::measure(
+                plugin,
+                &a.ours,
+                &a.reference,
+                a.secondary_rounds,
+                &state,
+            )
+            .map_err(|e| e.to_string())?;
+            figs.push(f);
+            rows.extend(r);
+        }
+        raw.insert(
+            "secondary".into(),
+            serde_json::to_value(figs).unwrap_or_default(),
+        );
     }
     if let (Some(path), Some((name, figs))) = (&a.chart, &growth) {
         let title = format!(

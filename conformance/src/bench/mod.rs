@@ -7,6 +7,7 @@ pub mod chart;
 pub mod cluster_ipam;
 pub mod host_local;
 pub mod portmap_scale;
+pub mod secondary;
 pub mod version;
 pub mod workers;
 

@@ -1,0 +1,247 @@
+//! The plugins of secondary networks, one at a time: ADD+DEL of one
+//! attachment, ours against the reference plugin of the same name, and the
+//! peak RSS of the ADD.
+//!
+//! Each round gets a fresh pod (made outside the timing), so that what a
+//! plugin leaves on purpose after DEL (sbr moves the interface's routes into
+//! its table and does not move them back, as the reference does) never
+//! changes the next round. The plugins run inside a fake host namespace of
+//! their side, where the links they need (a macvlan master, the device
+//! host-device moves) are made once.
+
+use std::path::{Path, PathBuf};
+
+use libcni::netns::NetNs;
+use serde_json::{json, Value};
+
+use super::{settle, Row, StateRoot};
+use crate::measure::{run_ok, summarize, MeasureError, RunCost};
+use crate::testnet::TestNetns;
+
+/// The plugins this group measures, in report order. ipvlan and vlan are
+/// missing because this kernel has neither link type.
+pub const PLUGINS: [&str; 5] = ["macvlan", "host-device", "static", "tuning", "sbr"];
+
+const MASTER: &str = "bench-m0";
+const DEVICE: &str = "bench-hd0";
+const POD_ADDRESS: &str = "10.98.0.5/24";
+const GATEWAY: &str = "10.98.0.1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecondaryError {
+    #[error(transparent)]
+    Measure(#[from] MeasureError),
+    #[error(transparent)]
+    NetNs(#[from] libcni::netns::NetNsError),
+    #[error("{plugin}: {what}")]
+    Setup { plugin: String, what: String },
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SecondaryFigures {
+    pub plugin: String,
+    /// [ours, reference] ADD+DEL times, ms.
+    pub add_del_ms: [Vec<f64>; 2],
+    /// [ours, reference] peak RSS of ADD, KiB.
+    pub add_rss_kib: [u64; 2],
+}
+
+/// One side: its plugin directory, fake host and state folder.
+struct Side {
+    dir: PathBuf,
+    host: TestNetns,
+    host_ns: NetNs,
+    state: PathBuf,
+}
+
+impl Side {
+    fn new(plugin: &str, dir: &Path, tag: &str, work: &Path) -> Result<Side, SecondaryError> {
+        let host = TestNetns::new(tag);
+        let host_ns = NetNs::open(host.path())?;
+        let state = work.join(tag);
+        std::fs::create_dir_all(&state).map_err(|e| setup(plugin, format!("state dir: {e}")))?;
+        let side = Side {
+            dir: dir.to_path_buf(),
+            host,
+            host_ns,
+            state,
+        };
+        // Both ends of a veth stay in the host: one is the macvlan master
+        // or the device to move, the other keeps its carrier up.
+        let link = match plugin {
+            "macvlan" => Some(MASTER),
+            "host-device" => Some(DEVICE),
+            _ => None,
+        };
+        if let Some(link) = link {
+            let peer = format!("{link}p");
+            side.host
+                .ip(&["link", "add", link, "type", "veth", "peer", "name", &peer]);
+            side.host.ip(&["link", "set", link, "up"]);
+            side.host.ip(&["link", "set", &peer, "up"]);
+        }
+        Ok(side)
+    }
+
+    /// A pod as the plugin expects it: for the chained plugins an `eth0`
+    /// (with its address and default route for sbr), as the plugin before
+    /// them leaves it.
+    fn pod(&self, plugin: &str) -> TestNetns {
+        let pod = TestNetns::new("bench-sec");
+        if matches!(plugin, "tuning" | "sbr") {
+            pod.ip(&[
+                "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+            ]);
+            pod.ip(&["link", "set", "eth0p", "up"]);
+            pod.ip(&["link", "set", "eth0", "up"]);
+            if plugin == "sbr" {
+                pod.ip(&["address", "add", POD_ADDRESS, "dev", "eth0"]);
+                pod.ip(&["route", "add", "default", "via", GATEWAY, "dev", "eth0"]);
+            }
+        }
+        pod
+    }
+
+    fn conf(&self, plugin: &str, pod: &TestNetns) -> Value {
+        let prev = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+            "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 0}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
+        });
+        let name = format!("bench-{plugin}");
+        // 1.0.0: the highest version both sides speak.
+        match plugin {
+            "macvlan" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "macvlan",
+                "master": MASTER, "mode": "bridge",
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.98.0.0/24"}]],
+                    "dataDir": self.state.join("leases"),
+                },
+            }),
+            "host-device" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "host-device", "device": DEVICE,
+            }),
+            "static" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "static",
+                "ipam": {
+                    "type": "static",
+                    "addresses": [{"address": POD_ADDRESS, "gateway": GATEWAY}],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            }),
+            "tuning" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "tuning",
+                "mtu": 1400, "promisc": true,
+                "sysctl": {"net.ipv4.conf.eth0.arp_ignore": "1"},
+                "dataDir": self.state.join("tuning"),
+                "prevResult": prev,
+            }),
+            _ => json!({"cniVersion": "1.0.0", "name": name, "type": "sbr", "prevResult": prev}),
+        }
+    }
+
+    /// One call inside the side's fake host (plugins are children of the
+    /// thread that starts them, so that thread enters the host first).
+    fn call(
+        &self,
+        plugin: &str,
+        command: &str,
+        pod: &TestNetns,
+        cid: &str,
+        conf: &[u8],
+    ) -> Result<RunCost, SecondaryError> {
+        let netns = pod.path().display().to_string();
+        let cni_path = self.dir.display().to_string();
+        let env = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", cni_path.as_str()),
+        ];
+        let program = self.dir.join(plugin);
+        Ok(self.host_ns.run(|| {
+            settle();
+            run_ok(&program, &env, conf)
+        })??)
+    }
+}
+
+fn setup(plugin: &str, what: String) -> SecondaryError {
+    SecondaryError::Setup {
+        plugin: plugin.to_string(),
+        what,
+    }
+}
+
+/// Measures `plugin` from both directories, alternating which side goes
+/// first each round.
+pub fn measure(
+    plugin: &str,
+    ours_dir: &Path,
+    reference_dir: &Path,
+    rounds: usize,
+    state: &StateRoot,
+) -> Result<(SecondaryFigures, Vec<Row>), SecondaryError> {
+    let work = state
+        .work_dir(&format!("cni-bench-{plugin}"))
+        .map_err(|e| {
+            setup(
+                plugin,
+                format!("state dir under {}: {e}", state.dir.display()),
+            )
+        })?;
+    let sides = [
+        Side::new(plugin, ours_dir, "bench-sec-o", &work)?,
+        Side::new(plugin, reference_dir, "bench-sec-r", &work)?,
+    ];
+    let mut figs = SecondaryFigures {
+        plugin: plugin.to_string(),
+        ..SecondaryFigures::default()
+    };
+    // One untimed round each: the page cache holds both binaries after it.
+    for round in 0..=rounds {
+        for k in 0..2 {
+            let i = (round + k) % 2;
+            let side = &sides[i];
+            let pod = side.pod(plugin);
+            let conf = serde_json::to_vec(&side.conf(plugin, &pod)).unwrap_or_default();
+            let cid = format!("bench-{plugin}-{round}");
+            let add = side.call(plugin, "ADD", &pod, &cid, &conf)?;
+            let del = side.call(plugin, "DEL", &pod, &cid, &conf)?;
+            if round > 0 {
+                figs.add_del_ms[i].push((add.wall + del.wall).as_secs_f64() * 1e3);
+                figs.add_rss_kib[i] = figs.add_rss_kib[i].max(add.max_rss_kib);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    let med = |v: &[f64]| {
+        summarize(
+            &v.iter()
+                .map(|m| std::time::Duration::from_secs_f64(m / 1e3))
+                .collect::<Vec<_>>(),
+        )
+        .median_ms
+    };
+    let rows = vec![
+        Row::new(
+            format!("{plugin} ADD+DEL (median)"),
+            med(&figs.add_del_ms[0]),
+            med(&figs.add_del_ms[1]),
+            "ms",
+        )
+        .with_target(0.25),
+        Row::new(
+            format!("{plugin} ADD peak RSS"),
+            figs.add_rss_kib[0] as f64 / 1024.0,
+            figs.add_rss_kib[1] as f64 / 1024.0,
+            "MiB",
+        )
+        .with_target(0.5),
+    ];
+    Ok((figs, rows))
+}
