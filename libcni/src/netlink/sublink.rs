@@ -11,6 +11,9 @@
 //! clashing with a host interface called like `CNI_IFNAME`; a failed rename
 //! deletes the link, so the caller gets either the finished link or nothing.
 //!
+//! [`delete_in_container`] is their DEL, and [`default_route_link`] the
+//! parent macvlan and ipvlan default to.
+//!
 //! [`RouteSocket::sublink`] reads a link back with its kind and the
 //! kind's settings (macvlan mode, ipvlan mode, VLAN id), for CHECK.
 
@@ -28,9 +31,11 @@ use nix::errno::Errno;
 
 pub use netlink_packet_route::link::{IpVlanMode, MacVlanMode};
 
-use super::route::{link_message, parse_link, LinkId, LinkInfo, RouteSocket};
+use super::route::{link_message, parse_link, IpFamily, LinkId, LinkInfo, RouteSocket};
 use super::socket::NetlinkError;
 use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::iface::MAIN_TABLE;
+use crate::netns::{NetNs, NetNsError};
 
 /// Prefix of the temporary names, as in the reference plugins.
 pub const TEMP_NAME_PREFIX: &str = "veth";
@@ -373,6 +378,84 @@ pub fn create_in_container(
     }
 }
 
+/// The link of the host's default route, which `macvlan` and `ipvlan`
+/// take as the parent when the configuration names none: the first
+/// default route of the main table that leaves through one link, IPv4
+/// before IPv6, as the reference finds it. `None` when there is none.
+pub fn default_route_link(socket: &mut RouteSocket) -> Result<Option<LinkInfo>, NetlinkError> {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let oif = socket
+            .list_routes(Some(family))?
+            .into_iter()
+            .filter(|r| r.table == Some(MAIN_TABLE) && r.destination.prefix() == 0)
+            .find_map(|r| r.oif);
+        if let Some(oif) = oif {
+            return socket.link_by_index(oif);
+        }
+    }
+    Ok(None)
+}
+
+/// Why [`delete_in_container`] could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    #[error("failed to open netns {path:?}: {source}")]
+    NetNs {
+        path: String,
+        #[source]
+        source: NetNsError,
+    },
+    #[error("failed to delete {ifname:?}: {source}")]
+    Netlink {
+        ifname: String,
+        #[source]
+        source: NetlinkError,
+    },
+}
+
+impl ToCniError for DeleteError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            DeleteError::NetNs { source, .. } => match source {
+                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+                NetNsError::Open { .. }
+                | NetNsError::Switch { .. }
+                | NetNsError::Thread { .. }
+                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
+            },
+            DeleteError::Netlink { .. } => ErrorCode::Internal,
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+/// DEL's part for these links: deletes `ifname` in the namespace at
+/// `netns_path`. A namespace or link that is already gone is success
+/// (`false`); a path that is not a namespace is an error.
+pub fn delete_in_container(netns_path: &str, ifname: &str) -> Result<bool, DeleteError> {
+    let netns = match NetNs::open(netns_path) {
+        Ok(netns) => netns,
+        Err(source) if source.is_not_exist() => return Ok(false),
+        Err(source) => {
+            return Err(DeleteError::NetNs {
+                path: netns_path.to_string(),
+                source,
+            })
+        }
+    };
+    let netlink_failed = |source| DeleteError::Netlink {
+        ifname: ifname.to_string(),
+        source,
+    };
+    let mut socket = RouteSocket::open_in(&netns).map_err(netlink_failed)?;
+    match socket.delete_link(ifname) {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(netlink_failed(e)),
+    }
+}
+
 /// Deletes a link while another error is being reported: its own failure
 /// can only be logged.
 fn delete_quietly(socket: &mut RouteSocket, link: LinkId<'_>) {
@@ -557,6 +640,49 @@ mod tests {
                     Err(e) => panic!("{ifname}: {e}"),
                 }
             }
+        });
+    }
+
+    #[test]
+    fn the_default_route_names_the_parent() {
+        in_private_netns(|| {
+            let mut socket = RouteSocket::open_current().unwrap();
+            assert!(default_route_link(&mut socket).unwrap().is_none());
+            veth(&mut socket, "sl-uplink", "sl-uplink-peer");
+            socket.set_link_up("sl-uplink").unwrap();
+            socket.set_link_up("sl-uplink-peer").unwrap();
+            let index = socket.link_by_name("sl-uplink").unwrap().unwrap().index;
+            socket
+                .add_address(index, "192.0.2.2/24".parse().unwrap())
+                .unwrap();
+            let mut route = crate::netlink::Route::new("0.0.0.0/0".parse().unwrap());
+            route.gateway = Some("192.0.2.254".parse().unwrap());
+            route.oif = Some(index);
+            socket.add_route(&route).unwrap();
+            let found = default_route_link(&mut socket).unwrap().unwrap();
+            assert_eq!(found.name, "sl-uplink");
+        });
+    }
+
+    #[test]
+    fn delete_in_container_is_idempotent() {
+        in_private_netns(|| {
+            let netns = NetNs::current_thread().unwrap();
+            let path = format!(
+                "/proc/{}/task/{}/ns/net",
+                std::process::id(),
+                nix::unistd::gettid()
+            );
+            let mut socket = RouteSocket::open_in(&netns).unwrap();
+            veth(&mut socket, "sl-gone", "sl-gone-peer");
+            assert!(delete_in_container(&path, "sl-gone").unwrap());
+            assert!(socket.link_by_name("sl-gone").unwrap().is_none());
+            assert!(!delete_in_container(&path, "sl-gone").unwrap());
+            let scratch = tempfile::tempdir().unwrap();
+            let absent = scratch.path().join("netns-gone");
+            assert!(!delete_in_container(absent.to_str().unwrap(), "x").unwrap());
+            let error = delete_in_container("/etc/hostname", "x").unwrap_err();
+            assert_eq!(error.to_cni_error().code, ErrorCode::InvalidEnvironment);
         });
     }
 
