@@ -7,6 +7,8 @@
 //!   `NLM_F_DUMP_INTR`, and multi-message transactions;
 //! - [`route`]: rtnetlink ([`RouteSocket`]: links, addresses, routes);
 //!   [`link_attrs`] adds promisc, allmulticast and queue length;
+//! - [`rule`]: policy routing rules; [`route_entry`]: routes whole, to
+//!   copy between tables and delete exactly;
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
@@ -20,6 +22,8 @@ pub mod conntrack;
 pub mod link_attrs;
 pub mod netfilter;
 pub mod route;
+pub mod route_entry;
+pub mod rule;
 pub mod socket;
 pub mod sublink;
 #[cfg(test)]
@@ -31,4 +35,6 @@ pub use route::{
     format_mac, Address, IpFamily, LinkId, LinkInfo, OperState, Route, RouteSocket, Rtnetlink,
     VethPair,
 };
+pub use route_entry::RouteEntry;
+pub use rule::{Rule, RuleSpec};
 pub use socket::{BatchMessage, NetlinkError, NetlinkFamily, NetlinkSocket};
