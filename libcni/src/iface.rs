@@ -402,6 +402,61 @@ pub fn sandbox_interface<'r>(
         .find(|(_, i)| i.name == ifname && i.sandbox == netns)
 }
 
+/// Why a MAC address cannot be a container interface's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MacError {
+    #[error("not a 6-byte MAC address (aa:bb:cc:dd:ee:ff, aa-bb-cc-dd-ee-ff or aabb.ccdd.eeff)")]
+    Syntax,
+    #[error("a multicast address cannot be an interface's own")]
+    Multicast,
+    #[error("the all-zero address cannot be an interface's own")]
+    Zero,
+}
+
+/// A 6-byte Ethernet address in any of the forms Go's `net.ParseMAC`
+/// takes for 6 bytes, which must be unicast and non-zero to be given to
+/// an interface.
+pub fn parse_unicast_mac(text: &str) -> Result<[u8; 6], MacError> {
+    let hex_byte = |pair: &str| {
+        (pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u8::from_str_radix(pair, 16).ok())
+            .flatten()
+    };
+    let mut mac = [0u8; 6];
+    let dotted = text.len() == 14 && text.as_bytes().get(4) == Some(&b'.');
+    if dotted {
+        let groups: Vec<&str> = text.split('.').collect();
+        if groups.len() != 3 || groups.iter().any(|g| g.len() != 4) {
+            return Err(MacError::Syntax);
+        }
+        for (i, group) in groups.iter().enumerate() {
+            let (high, low) = (group.get(..2), group.get(2..));
+            mac[2 * i] = high.and_then(hex_byte).ok_or(MacError::Syntax)?;
+            mac[2 * i + 1] = low.and_then(hex_byte).ok_or(MacError::Syntax)?;
+        }
+    } else {
+        let separator = match text.as_bytes().get(2) {
+            Some(b':') => ':',
+            Some(b'-') => '-',
+            _ => return Err(MacError::Syntax),
+        };
+        let parts: Vec<&str> = text.split(separator).collect();
+        if parts.len() != 6 {
+            return Err(MacError::Syntax);
+        }
+        for (byte, part) in mac.iter_mut().zip(&parts) {
+            *byte = hex_byte(part).ok_or(MacError::Syntax)?;
+        }
+    }
+    if mac[0] & 1 == 1 {
+        return Err(MacError::Multicast);
+    }
+    if mac == [0; 6] {
+        return Err(MacError::Zero);
+    }
+    Ok(mac)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +478,31 @@ mod tests {
             ..v100::Interface::default()
         }];
         result
+    }
+
+    #[test]
+    fn macs_in_go_forms() {
+        let want = Ok([0xc2, 0x11, 0x22, 0x33, 0x44, 0x55]);
+        assert_eq!(parse_unicast_mac("c2:11:22:33:44:55"), want);
+        assert_eq!(parse_unicast_mac("C2-11-22-33-44-55"), want);
+        assert_eq!(parse_unicast_mac("c211.2233.4455"), want);
+        for bad in [
+            "",
+            "c2:11:22:33:44",
+            "c2:11:22:33:44:55:66",
+            "c2:11-22:33:44:55",
+            "c2:11:22:33:44:5g",
+            "c2:11:22:33:44:+5",
+            "c211.2233.44555",
+            "c21.12233.4455",
+        ] {
+            assert_eq!(parse_unicast_mac(bad), Err(MacError::Syntax), "{bad:?}");
+        }
+        assert_eq!(
+            parse_unicast_mac("01:00:5e:00:00:01"),
+            Err(MacError::Multicast)
+        );
+        assert_eq!(parse_unicast_mac("00:00:00:00:00:00"), Err(MacError::Zero));
     }
 
     #[test]
