@@ -247,3 +247,75 @@ impl PluginCall {
 pub const ALL_VERSIONS: [&str; 7] = [
     "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
 ];
+
+/// The workspace's own build of plugin `name` (the binary of the package of
+/// that name), for tests that need it beside the plugin under test, such as
+/// host-local as IPAM. Never a copy from elsewhere on the machine: a test
+/// about our plugins must not pass or fail because of another build.
+///
+/// Under `cargo test` (cargo is in `$CARGO`), the first call for a name in
+/// a test process runs `cargo build -p <name> --bin <name>`, so the binary
+/// exists and matches the sources. That is safe: cargo releases the build
+/// directory's lock before it runs test binaries (checked with cargo 1.95:
+/// a test's nested build of another package completes), so the nested
+/// build waits only for other cargo processes, as any build does. Its
+/// artifact message gives the path, wherever the target directory is.
+///
+/// With `CNI_TEST_BIN_DIR` set (CI, after building the workspace) or
+/// outside cargo, the binary must already be in [`bin_dir`].
+///
+/// Panics, naming the `cargo build` to run, when the binary cannot be had.
+pub fn workspace_plugin(name: &str) -> PathBuf {
+    use std::sync::Mutex;
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    // A test that panicked while holding the lock left the map intact.
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let cargo =
+        std::env::var_os("CARGO").filter(|_| std::env::var_os("CNI_TEST_BIN_DIR").is_none());
+    let path = match cargo {
+        Some(cargo) => build_with_cargo(Path::new(&cargo), name),
+        None => {
+            let path = bin_dir().join(name);
+            assert!(
+                path.is_file(),
+                "{} is missing: this test needs the workspace's own {name}; run `cargo build -p {name}`",
+                path.display()
+            );
+            path
+        }
+    };
+    built.insert(name.to_string(), path.clone());
+    path
+}
+
+/// `cargo build -p <name> --bin <name>`, returning the executable's path
+/// from cargo's JSON messages.
+fn build_with_cargo(cargo: &Path, name: &str) -> PathBuf {
+    let out = Command::new(cargo)
+        .args(["build", "--message-format=json", "-p", name, "--bin", name])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} to build {name}: {e}; run `cargo build -p {name}`",
+                cargo.display()
+            )
+        });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "this test needs the workspace's own {name}, and `cargo build -p {name}` failed:\n{stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| {
+            panic!("`cargo build -p {name}` succeeded but named no {name} executable; run `cargo build -p {name}`")
+        })
+}

@@ -31,15 +31,16 @@ pub fn vf_pci(index: u32) -> String {
     format!("0000:af:00.{}", index + 2)
 }
 
-/// Where IPAM comes from: this workspace's host-local when built, else
-/// the reference one.
+/// Where IPAM comes from: the folder of this workspace's host-local (built
+/// on first use under `cargo test`; see
+/// [`conformance::testnet::workspace_plugin`]).
 pub fn cni_path() -> String {
-    let ours = conformance::testnet::bin_dir();
-    if ours.join("host-local").exists() {
-        ours.display().to_string()
-    } else {
-        conformance::testnet::REFERENCE_DIR.to_string()
-    }
+    let host_local = conformance::testnet::workspace_plugin("host-local");
+    host_local
+        .parent()
+        .unwrap_or_else(|| panic!("{} has no folder", host_local.display()))
+        .display()
+        .to_string()
 }
 
 /// How a VF appears in the fake sysfs.
