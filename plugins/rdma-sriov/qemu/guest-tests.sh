@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Guest side of the qemu layer: runs as /test/run.sh inside the guest (see
-# run.sh), as root, on a Debian 6.1 kernel. Each check prints
+# Guest side of the qemu layer: runs as /test/run.sh inside the shared test
+# guest (testing/qemu-guest/scripts/run.sh), as root, on a Debian 6.1 kernel. Each check prints
 # `CHECK <name> PASS|FAIL <detail>`; the last line is ALL-DONE.
 #
 # Real kernel state, faked topology: netdevsim gives a PF whose VF settings

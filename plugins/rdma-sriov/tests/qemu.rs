@@ -1,12 +1,15 @@
-//! The qemu layer: boots a Debian 6.1 kernel under qemu and runs the plugin
-//! binary against real kernel state in the guest (netdevsim VFs, an rdma_rxe
-//! device). See qemu/README.md. Takes about a minute the first time (kernel
-//! download, netdevsim build) and about 40 s afterwards (software emulation),
-//! so it runs only with RDMA_SRIOV_QEMU=1; it needs root (apt-get) on Debian
-//! bookworm.
+//! The qemu layer: boots the shared test guest (testing/qemu-guest, a
+//! Debian 6.1 kernel under qemu) and runs the plugin binary against real
+//! kernel state in it (netdevsim VFs, an rdma_rxe device), with the checks
+//! of qemu/guest-tests.sh. See qemu/README.md. Takes about a minute the
+//! first time (kernel download, netdevsim build) and about 40 s afterwards
+//! (software emulation), so it runs only with RDMA_SRIOV_QEMU=1 (or
+//! CNI_QEMU=1, which runs every crate's guest tests); it needs root
+//! (apt-get) on Debian bookworm.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use qemu_guest::QemuGuest;
 
 /// Checks guest-tests.sh must report as PASS. Listed here so that a check the
 /// guest silently skipped fails the test instead of going unnoticed.
@@ -73,134 +76,23 @@ const REQUIRED_CHECKS: &[&str] = &[
     "rdma-exclusive-mapped-rollback-state",
 ];
 
-fn enabled() -> bool {
-    std::env::var("RDMA_SRIOV_QEMU").is_ok_and(|value| value == "1")
-}
-
-fn qemu_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("qemu")
-}
-
-/// `<target>/qemu-rdma`, next to the profile directory holding the binary.
-fn cache_dir(binary: &Path) -> PathBuf {
-    if let Some(dir) = std::env::var_os("RDMA_SRIOV_QEMU_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let target = binary
-        .parent()
-        .and_then(Path::parent)
-        .expect("the binary lives in <target>/<profile>/");
-    target.join("qemu-rdma")
-}
-
-fn run(command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {command:?}: {err}"));
-    // Shown by the test harness when the test fails.
-    eprintln!("$ {command:?}\n{}", String::from_utf8_lossy(&output.stderr));
-    output
-}
-
-/// One `CHECK <name> PASS|FAIL <detail>` line of the guest console.
-#[derive(Debug, PartialEq, Eq)]
-struct CheckLine {
-    name: String,
-    passed: bool,
-    detail: String,
-}
-
-/// The CHECK lines of the guest console, in order; a status other than PASS
-/// counts as a failure.
-fn parse_checks(console: &str) -> Vec<CheckLine> {
-    console
-        .lines()
-        .filter_map(|line| line.strip_prefix("CHECK "))
-        .filter_map(|rest| {
-            let mut fields = rest.splitn(3, ' ');
-            let name = fields.next()?.to_owned();
-            let passed = fields.next()? == "PASS";
-            let detail = fields.next().unwrap_or("").to_owned();
-            Some(CheckLine {
-                name,
-                passed,
-                detail,
-            })
-        })
-        .collect()
+fn guest_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("qemu/guest-tests.sh")
 }
 
 #[test]
 fn plugin_against_real_kernel_in_qemu() {
-    if !enabled() {
-        println!("SKIPPED: set RDMA_SRIOV_QEMU=1 to boot the qemu guest (qemu/README.md)");
+    let Some(guest) = QemuGuest::prepare_if_enabled(&["RDMA_SRIOV_QEMU"]) else {
         return;
-    }
+    };
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_rdma-sriov"));
-    let cache = cache_dir(&binary);
-    let qemu = qemu_dir();
-
-    let prepare = run(Command::new(qemu.join("prepare.sh"))
-        .arg(&cache)
-        .arg(&binary));
-    assert!(prepare.status.success(), "prepare.sh failed");
-
-    let boot = run(Command::new(qemu.join("run.sh"))
-        .arg(&cache)
-        .arg(qemu.join("guest-tests.sh")));
-    let console = String::from_utf8_lossy(&boot.stdout);
-    let checks = parse_checks(&console);
-
-    let failed: Vec<_> = checks
-        .iter()
-        .filter(|check| !check.passed)
-        .map(|check| format!("{} {}", check.name, check.detail))
-        .collect();
-    let missing: Vec<_> = REQUIRED_CHECKS
-        .iter()
-        .filter(|name| !checks.iter().any(|check| check.name == **name))
-        .collect();
-    assert!(
-        failed.is_empty() && missing.is_empty(),
-        "failed checks: {failed:#?}\nmissing checks: {missing:?}\nconsole:\n{console}"
-    );
-    assert!(
-        console.lines().any(|line| line == "ALL-DONE"),
-        "the guest script did not finish:\n{console}"
-    );
-    assert!(boot.status.success(), "run.sh failed:\n{console}");
-}
-
-#[test]
-fn check_lines_parse() {
-    let console = "noise\nCHECK a-b PASS some detail here\nCHECK c FAIL\nCHECKX d PASS\nCHECK e\n";
-    let checks = parse_checks(console);
-    assert_eq!(
-        checks,
-        vec![
-            CheckLine {
-                name: "a-b".to_owned(),
-                passed: true,
-                detail: "some detail here".to_owned(),
-            },
-            CheckLine {
-                name: "c".to_owned(),
-                passed: false,
-                detail: String::new(),
-            },
-        ]
-    );
+    let run = guest
+        .run(&guest_script(), &[binary])
+        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
+    run.assert_passed(REQUIRED_CHECKS);
 }
 
 #[test]
 fn required_checks_are_unique_and_in_the_guest_script() {
-    let script = std::fs::read_to_string(qemu_dir().join("guest-tests.sh")).unwrap();
-    for (index, name) in REQUIRED_CHECKS.iter().enumerate() {
-        assert!(
-            !REQUIRED_CHECKS[..index].contains(name),
-            "{name} listed twice"
-        );
-        let named = script.contains(&format!(" {name} ")) || script.contains(&format!(" {name}\n"));
-        assert!(named, "{name} not in guest-tests.sh");
-    }
+    qemu_guest::assert_checks_named_in_script(&guest_script(), REQUIRED_CHECKS);
 }

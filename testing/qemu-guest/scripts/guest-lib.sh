@@ -53,6 +53,25 @@ run_cmd() {
 
 jqc() { jq -M -c "$@"; }
 
+# cni_call PLUGIN VERB NETNS IFNAME CONTAINERID CONFIG: runs a plugin (a
+# name in /usr/local/bin or a path) as a runtime does; its stdout goes to
+# $cni_out, stderr to $cni_err, exit status to $cni_status. CNI_PATH is the
+# guest's /usr/local/bin unless the caller set another.
+cni_call() {
+    local errfile=/tmp/cni_call.stderr
+    cni_out=$(printf '%s' "$6" | CNI_COMMAND="$2" CNI_NETNS="$3" CNI_IFNAME="$4" \
+        CNI_CONTAINERID="$5" CNI_PATH="${CNI_PATH:-/usr/local/bin}" "$1" 2>"$errfile")
+    cni_status=$?
+    cni_err=$(cat "$errfile")
+}
+cni_report() { echo "exit $cni_status stdout: $cni_out stderr: $cni_err"; }
+
+# with_prev CONFIG RESULT: CONFIG with RESULT as its prevResult (for CHECK).
+with_prev() { jqc --argjson prev "$2" '. + {prevResult: $prev}' <<<"$1"; }
+
+# netns_add NAME: a namespace with lo up, at /run/netns/NAME.
+netns_add() { ip netns add "$1" && ip -n "$1" link set lo up; }
+
 # Called last: the host requires this marker to trust the run.
 finish() {
     echo "SUMMARY failures=${failures:-0}"

@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# Prepares the qemu test layer of rdma-sriov: a Debian 6.1 kernel, its
-# modules, an out-of-tree netdevsim.ko and a busybox initramfs with iproute2,
-# libibverbs (rxe provider), jq and the rdma-sriov binary.
+# Prepares the shared qemu test guest: a Debian bookworm 6.1 kernel, its
+# modules, an out-of-tree netdevsim.ko and a busybox initramfs with bash,
+# iproute2, jq, libibverbs (rxe provider) and the kernel modules guest tests
+# use. Test binaries and scripts are not part of it: run.sh adds them per run.
 #
-# Usage: prepare.sh [CACHE_DIR] [RDMA_SRIOV_BINARY]
-#   CACHE_DIR          defaults to <repo>/target/qemu-rdma
-#   RDMA_SRIOV_BINARY  copied into the guest as /usr/local/bin/rdma-sriov;
-#                      without it, a plugin image from an earlier run is kept.
+# Usage: prepare.sh [CACHE_DIR]
+#   CACHE_DIR  defaults to <repo>/target/qemu-guest, shared by every crate.
 #
 # Idempotent: the kernel packages are downloaded, unpacked and netdevsim is
 # built once per kernel version; the base initramfs is rebuilt only when this
-# script, the guest init or the host tools it copies change. The kernel
-# packages are unpacked with dpkg -x and never installed on the host.
-# Needs root (apt-get) on Debian bookworm.
+# script, the guest init, the module list or the host tools it copies change.
+# The kernel packages are unpacked with dpkg -x and never installed on the
+# host. Needs root (apt-get) on Debian bookworm.
+#
+# Concurrent calls wait for each other on CACHE_DIR/prepare.lock (flock,
+# at most QEMU_GUEST_LOCK_TIMEOUT seconds, default 1200). The Rust harness
+# holds that lock itself and says so with QEMU_GUEST_LOCKED=1.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-cache=${1:-$repo/target/qemu-rdma}
-binary=${2:-}
+cache=${1:-$repo/target/qemu-guest}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
+
+if [ "${QEMU_GUEST_LOCKED:-}" != 1 ]; then
+    exec env QEMU_GUEST_LOCKED=1 flock -w "${QEMU_GUEST_LOCK_TIMEOUT:-1200}" -E 75 \
+        "$cache/prepare.lock" "$0" "$cache"
+fi
+
+# shellcheck source=initramfs-lib.sh
+. "$here/initramfs-lib.sh"
 
 log() { printf 'prepare: %s\n' "$*" >&2; }
 die() { printf 'prepare: error: %s\n' "$*" >&2; exit 1; }
@@ -153,53 +163,20 @@ if [ ! -f "$kernel_env" ]; then
     mv "$kernel_env.tmp" "$kernel_env"
 fi
 
-# --- initramfs helpers -----------------------------------------------------------
-# Copies a file to the same path under the guest root, following links.
-copy_file() { # root path
-    local root=$1 path=$2
-    mkdir -p "$root$(dirname "$path")"
-    cp -L "$path" "$root$path"
-}
-# Copies an executable or library and every shared library ldd lists for it.
-copy_with_libs() { # root path [guest-path]
-    local root=$1 path=$2 guest_path=${3:-$2} lib
-    mkdir -p "$root$(dirname "$guest_path")"
-    cp -L "$path" "$root$guest_path"
-    while read -r lib; do
-        if [ -n "$lib" ] && [ ! -e "$root$lib" ]; then
-            copy_file "$root" "$lib"
-        fi
-    done < <(ldd "$path" | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}')
-}
-# Mirrors the host's merged-/usr links (/bin -> usr/bin, ...) in the guest, so
-# library paths printed by ldd resolve there as they do on the host.
-mirror_top_links() { # root
-    local root=$1 dir
-    for dir in bin sbin lib lib64; do
-        if [ -L "/$dir" ]; then
-            ln -s "$(readlink "/$dir")" "$root/$dir"
-        else
-            mkdir -p "$root/$dir"
-        fi
-    done
-    mkdir -p "$root/usr/bin" "$root/usr/sbin" "$root/usr/lib" "$root/usr/lib64"
-}
-make_cpio() { # root output
-    (cd "$1" && find . -print0 | LC_ALL=C sort -z |
-        cpio --null -o -H newc --owner=0:0 --quiet) | gzip -1 >"$2.tmp"
-    mv "$2.tmp" "$2"
-}
-
 # --- base initramfs ------------------------------------------------------------------
-# Modules the guest tests load, with their modules.dep closure. rdma_rxe asks
-# the crypto API for "crc32" at link creation, a dependency modules.dep does
-# not know: the crc32 modules are listed explicitly.
-guest_modules=(netdevsim veth rdma_rxe ib_uverbs crc32_generic crc32-pclmul)
-guest_tools=(bash ip rdma bridge jq ibv_devinfo ibv_devices)
+# The modules the guest's init loads at boot, in this order, with their
+# modules.dep closure: the link types and devices guest tests use.
+# rdma_rxe asks the crypto API for "crc32" when a link is added, a
+# dependency modules.dep does not know: the crc32 modules come first.
+guest_modules=(8021q ipvlan macvlan dummy vrf bridge veth netdevsim
+    crc32_generic crc32-pclmul ib_uverbs rdma_rxe)
+# Host tools copied with their shared libraries; busybox fills in the rest.
+guest_tools=(bash ip rdma bridge tc jq ibv_devinfo ibv_devices)
 
 host_tool_versions=$(dpkg-query -W bash iproute2 jq ibverbs-utils ibverbs-providers \
     libibverbs1 busybox-static libc6 2>/dev/null | tr '\n' ' ')
-base_key=$( (cat "$here/prepare.sh" "$here/init"; echo "$kver $version $host_tool_versions") |
+base_key=$( (cat "$here/prepare.sh" "$here/init" "$here/initramfs-lib.sh"
+    echo "$kver $version $host_tool_versions") |
     sha256sum | cut -d' ' -f1)
 base_cpio=$cache/initramfs-base.cpio.gz
 if [ "$(cat "$cache/initramfs-base.key" 2>/dev/null)" != "$base_key" ] || [ ! -f "$base_cpio" ]; then
@@ -264,31 +241,17 @@ if [ "$(cat "$cache/initramfs-base.key" 2>/dev/null)" != "$base_key" ] || [ ! -f
     printf 'root:x:0:0:root:/root:/usr/bin/bash\n' >"$root/etc/passwd"
     printf 'root:x:0:\n' >"$root/etc/group"
     printf '%s\n' "$kver" >"$root/etc/guest-kernel-release"
+    printf '%s\n' "${guest_modules[@]}" >"$root/etc/guest-modules"
 
     make_cpio "$root" "$base_cpio"
     rm -rf "$root"
-    printf '%s\n' "$base_key" >"$cache/initramfs-base.key"
+    printf '%s\n' "$base_key" >"$cache/initramfs-base.key.tmp"
+    mv "$cache/initramfs-base.key.tmp" "$cache/initramfs-base.key"
 fi
 
-# --- plugin initramfs ----------------------------------------------------------------
-plugin_cpio=$cache/initramfs-plugin.cpio.gz
-if [ -n "$binary" ]; then
-    [ -x "$binary" ] || die "rdma-sriov binary $binary is not an executable file"
-    log "adding $binary to the plugin initramfs"
-    root=$cache/rootfs-plugin
-    rm -rf "$root"
-    mkdir -p "$root"
-    mirror_top_links "$root"
-    copy_with_libs "$root" "$binary" /usr/local/bin/rdma-sriov
-    # The top-level links are in the base archive already.
-    for dir in bin sbin lib lib64; do
-        if [ -L "$root/$dir" ]; then rm "$root/$dir"; fi
-    done
-    make_cpio "$root" "$plugin_cpio"
-    rm -rf "$root"
-elif [ ! -f "$plugin_cpio" ]; then
-    log "no rdma-sriov binary given: the guest has none"
+# Replaced atomically: a run.sh of another crate may be starting a guest.
+if [ "$(readlink "$cache/vmlinuz" 2>/dev/null)" != "$vmlinuz" ]; then
+    ln -sfn "$vmlinuz" "$cache/vmlinuz.tmp"
+    mv -T "$cache/vmlinuz.tmp" "$cache/vmlinuz"
 fi
-
-ln -sf "$vmlinuz" "$cache/vmlinuz"
 log "ready in $cache"

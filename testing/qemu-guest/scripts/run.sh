@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Boots the kernel prepared by prepare.sh under qemu (software emulation, no
+# network) and runs a guest test script in it, with the given binaries.
+#
+# Usage: run.sh CACHE_DIR TEST_SCRIPT [BINARY...]
+#
+# Each BINARY goes to /usr/local/bin/<its file name> in the guest, with the
+# shared libraries ldd lists for it. The guest's init runs TEST_SCRIPT with
+# bash (as /test/run.sh, next to /test/guest-lib.sh from this directory) and
+# powers off. The console goes to stdout and to
+# CACHE_DIR/logs/<the script's path, / as _>.log. The test script prints one
+# line per check, `CHECK <name> PASS|FAIL <detail>`, and `ALL-DONE` at its
+# end. Exits 0 only when at least one check ran, none failed and ALL-DONE
+# came.
+#
+# Nothing in CACHE_DIR is changed but the log, so runs of several crates can
+# share one cache at the same time.
+#
+# Environment: QEMU_TIMEOUT (seconds, default 300), QEMU_MEMORY (default 1G).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=initramfs-lib.sh
+. "$here/initramfs-lib.sh"
+
+[ "$#" -ge 2 ] || { echo "usage: $0 CACHE_DIR TEST_SCRIPT [BINARY...]" >&2; exit 2; }
+cache=$(cd "$1" && pwd)
+script=$2
+shift 2
+[ -f "$script" ] || { echo "run: no test script $script" >&2; exit 2; }
+for f in vmlinuz initramfs-base.cpio.gz; do
+    [ -e "$cache/$f" ] || { echo "run: $cache/$f missing: run prepare.sh first" >&2; exit 2; }
+done
+for binary in "$@"; do
+    [ -f "$binary" ] && [ -x "$binary" ] || { echo "run: $binary is not an executable file" >&2; exit 2; }
+done
+
+work=$(mktemp -d "$cache/run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# The binaries and the test script ride in a second cpio archive; the kernel
+# unpacks concatenated archives in order into one root.
+root=$work/root
+mkdir -p "$root/test" "$root/usr/local/bin"
+mirror_top_links "$root"
+for binary in "$@"; do
+    copy_with_libs "$root" "$binary" "/usr/local/bin/$(basename "$binary")"
+done
+drop_top_links "$root"
+cp "$script" "$root/test/run.sh"
+cp "$here/guest-lib.sh" "$root/test/guest-lib.sh"
+make_cpio "$root" "$work/test.cpio.gz"
+# Read once, here: a prepare.sh of another crate replaces the base archive
+# by rename, never in place.
+cat "$cache/initramfs-base.cpio.gz" "$work/test.cpio.gz" >"$work/initrd"
+
+mkdir -p "$cache/logs"
+script_path=$(realpath "$script")
+log=$cache/logs/$(printf '%s' "${script_path#/}" | tr '/' '_').log
+# /dev/kvm may exist but does not work on these machines: always TCG.
+# loglevel=1 keeps kernel messages from splitting CHECK lines on the console;
+# a kernel oops panics and the panic reboots, which -no-reboot turns into exit.
+set +e
+timeout --foreground -k 10 "${QEMU_TIMEOUT:-300}" \
+    qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m "${QEMU_MEMORY:-1G}" \
+    -nographic -no-reboot -nic none \
+    -kernel "$cache/vmlinuz" -initrd "$work/initrd" \
+    -append "console=ttyS0 loglevel=1 panic=-1 oops=panic rdinit=/init" \
+    </dev/null 2>&1 | tr -d '\r' | tee "$log"
+qemu_status=${PIPESTATUS[0]}
+set -e
+
+checks=$(grep -c '^CHECK [^ ]* \(PASS\|FAIL\)' "$log" || true)
+failed=$(grep -c '^CHECK [^ ]* FAIL' "$log" || true)
+echo "run: qemu exit $qemu_status, $checks checks, $failed failed (console in $log)" >&2
+if [ "$qemu_status" -eq 124 ]; then
+    echo "run: timed out after ${QEMU_TIMEOUT:-300} s" >&2
+    exit 1
+fi
+if ! grep -q '^ALL-DONE$' "$log"; then
+    echo "run: the guest script did not finish (no ALL-DONE)" >&2
+    exit 1
+fi
+if [ "$checks" -eq 0 ] || [ "$failed" -ne 0 ]; then
+    exit 1
+fi

@@ -1,0 +1,170 @@
+use std::os::unix::process::ExitStatusExt;
+
+use super::*;
+
+#[test]
+fn check_lines_parse() {
+    let console = "noise\nCHECK a-b PASS some detail here\nCHECK c FAIL\nCHECKX d PASS\n\
+                   CHECK e\nCHECK  PASS nameless\nCHECK f SKIP why\n";
+    assert_eq!(
+        parse_checks(console),
+        vec![
+            Check {
+                name: "a-b".to_owned(),
+                passed: true,
+                detail: "some detail here".to_owned(),
+            },
+            Check {
+                name: "c".to_owned(),
+                passed: false,
+                detail: String::new(),
+            },
+            Check {
+                name: "f".to_owned(),
+                passed: false,
+                detail: "why".to_owned(),
+            },
+        ]
+    );
+}
+
+fn guest_run(console: &str, status: i32) -> GuestRun {
+    GuestRun {
+        checks: parse_checks(console),
+        finished: console.lines().any(|line| line == "ALL-DONE"),
+        console: console.to_owned(),
+        status: ExitStatus::from_raw(status << 8),
+        elapsed: Duration::from_secs(1),
+    }
+}
+
+fn panics(run: &GuestRun, required: &[&str]) -> bool {
+    std::panic::catch_unwind(|| run.assert_passed(required)).is_err()
+}
+
+#[test]
+fn a_run_passes_only_with_checks_no_failure_and_all_done() {
+    let good = guest_run("CHECK a PASS x\nCHECK b PASS y\nALL-DONE\n", 0);
+    assert!(!panics(&good, &["a", "b"]));
+    // No check at all.
+    assert!(panics(&guest_run("GUEST-BOOT\nALL-DONE\n", 0), &[]));
+    // A failure, even with run.sh content.
+    assert!(panics(
+        &guest_run("CHECK a PASS\nCHECK b FAIL z\nALL-DONE\n", 0),
+        &[]
+    ));
+    // The script stopped early.
+    assert!(panics(&guest_run("CHECK a PASS x\n", 0), &[]));
+    // A required check never reported.
+    assert!(panics(&good, &["a", "c"]));
+    // run.sh failed (a timeout after ALL-DONE, for one).
+    assert!(panics(&guest_run("CHECK a PASS x\nALL-DONE\n", 1), &[]));
+    assert_eq!(good.missing(&["a", "c", "d"]), vec!["c", "d"]);
+}
+
+#[test]
+fn enabled_by_the_general_or_a_crate_variable() {
+    // Names no other test sets; ENABLE_VAR itself is left alone so that a
+    // CNI_QEMU=1 run of this suite is not disturbed.
+    let crate_var = "QEMU_GUEST_TEST_ENABLE_A";
+    std::env::remove_var(crate_var);
+    let general = std::env::var(ENABLE_VAR).is_ok_and(|v| v == "1");
+    assert_eq!(enabled(&[crate_var]), general);
+    std::env::set_var(crate_var, "yes");
+    assert_eq!(enabled(&[crate_var]), general);
+    std::env::set_var(crate_var, "1");
+    assert!(enabled(&[crate_var]));
+    std::env::remove_var(crate_var);
+}
+
+#[test]
+fn checks_named_in_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("guest-tests.sh");
+    std::fs::write(&script, "pass one-check ok\ncheck_eq two 1 1\nfail three\n").unwrap();
+    assert_checks_named_in_script(&script, &["one-check", "two", "three"]);
+    let missing = std::panic::catch_unwind(|| assert_checks_named_in_script(&script, &["four"]));
+    assert!(missing.is_err());
+    let twice =
+        std::panic::catch_unwind(|| assert_checks_named_in_script(&script, &["two", "two"]));
+    assert!(twice.is_err());
+}
+
+/// A stand-in prepare.sh that records when it starts and ends, sleeping
+/// in between, and fails when it finds another one inside.
+fn fake_scripts(dir: &Path) -> PathBuf {
+    let scripts = dir.join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    let prepare = scripts.join("prepare.sh");
+    std::fs::write(
+        &prepare,
+        "#!/bin/sh\nset -e\n[ \"$QEMU_GUEST_LOCKED\" = 1 ]\n\
+         if [ -e \"$1/inside\" ]; then echo overlap >>\"$1/events\"; exit 1; fi\n\
+         touch \"$1/inside\"\necho start >>\"$1/events\"\nsleep 0.3\n\
+         echo end >>\"$1/events\"\nrm \"$1/inside\"\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&prepare)
+        .status()
+        .unwrap();
+    scripts
+}
+
+#[test]
+fn concurrent_preparations_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = fake_scripts(dir.path());
+    let cache = dir.path().join("cache");
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (scripts, cache) = (scripts.clone(), cache.clone());
+            std::thread::spawn(move || QemuGuest::prepare_with(&scripts, &cache).map(|_| ()))
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap().unwrap();
+    }
+    let events = std::fs::read_to_string(cache.join("events")).unwrap();
+    assert_eq!(events, "start\nend\n".repeat(3), "{events}");
+}
+
+#[test]
+fn a_failed_preparation_reports_its_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = dir.path().join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    let prepare = scripts.join("prepare.sh");
+    std::fs::write(
+        &prepare,
+        "#!/bin/sh\necho 'prepare: error: no kernel' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&prepare)
+        .status()
+        .unwrap();
+    let e = QemuGuest::prepare_with(&scripts, &dir.path().join("cache")).unwrap_err();
+    assert!(
+        matches!(&e, GuestError::Failed { stderr, .. } if stderr.contains("no kernel")),
+        "{e}"
+    );
+}
+
+#[test]
+fn run_refuses_a_missing_script_or_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = QemuGuest {
+        cache: dir.path().to_path_buf(),
+    };
+    let script = dir.path().join("guest-tests.sh");
+    let e = guest.run(&script, &[] as &[PathBuf]).unwrap_err();
+    assert!(matches!(e, GuestError::NoScript(_)), "{e}");
+    std::fs::write(&script, "finish\n").unwrap();
+    let e = guest
+        .run(&script, &[dir.path().join("no-such-plugin")])
+        .unwrap_err();
+    assert!(matches!(e, GuestError::NoBinary(_)), "{e}");
+}
