@@ -90,6 +90,7 @@ fn everything_passes_against_our_plugins() {
         "bridge",
         "portmap",
         "macvlan",
+        "host-device",
         "static",
         "tuning",
         "sbr",

@@ -11,6 +11,10 @@
 //! - rdma-sriov needs an SR-IOV PF and RDMA devices, which test machines
 //!   lack: it runs with the plugin's test-only knobs (a fake sysfs, a
 //!   simulated PF/RDMA layer, a veth standing in for the VF netdev);
+//! - macvlan, ipvlan and vlan name a `master`, host-device a `device`: the
+//!   NIC of a GPU node. A veth of that name (MTU 9000, as RoCE NICs run)
+//!   stands in for it in the fake host, and DEL must give host-device's
+//!   device back to the host;
 //! - cluster-ipam needs etcd: the suite starts one real member on loopback
 //!   (testing/etcd-cluster) when a file names cluster-ipam and the plugins
 //!   under test have it, and the file's `etcd` block is pointed at it
@@ -210,6 +214,13 @@ fn one_example(
             return;
         }
     };
+    let host_links = match stand_in_host_links(&raw, &scene) {
+        Ok(l) => l,
+        Err(e) => {
+            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+            return;
+        }
+    };
     let rdma = types.iter().any(|t| t == "rdma-sriov");
     let knobs = if rdma {
         match FakeRdmaMachine::build(&scene) {
@@ -384,6 +395,16 @@ fn one_example(
             .map_err(|e| e.to_string())
             .and_then(|_| leftovers(&scene, &pod, ifname, &run_list.name)),
     );
+    for device in &host_links.moved {
+        report.check(
+            id(&format!("DEL gives {device} back to the host")),
+            match scene.has_link(&scene.host, device) {
+                Ok(true) => Ok(String::new()),
+                Ok(false) => Err(format!("{device} is not back in the host")),
+                Err(e) => Err(e),
+            },
+        );
+    }
     if let Some(k) = &knobs {
         report.check(
             id("DEL gives the VF back to the host"),
@@ -422,6 +443,40 @@ fn vlan_without_kernel_support(
             .map_err(|e| e.to_string())
             .and_then(|_| leftovers(scene, pod, "eth0", &list.name)),
     );
+}
+
+/// The host links a file's plugins name, made as veths in the fake host.
+struct StandInLinks {
+    /// Those a plugin moves into the pod (host-device's `device`).
+    moved: Vec<String>,
+}
+
+fn stand_in_host_links(raw: &Value, scene: &Scene) -> Step<StandInLinks> {
+    let mut moved = Vec::new();
+    for p in raw["plugins"].as_array().into_iter().flatten() {
+        let name = match p["type"].as_str() {
+            Some("macvlan" | "ipvlan" | "vlan") => p["master"].as_str(),
+            Some("host-device") => {
+                let device = p["device"].as_str();
+                moved.extend(device.map(str::to_string));
+                device
+            }
+            _ => None,
+        };
+        let Some(name) = name else { continue };
+        if scene.has_link(&scene.host, name)? {
+            continue;
+        }
+        let peer = format!("{name}p");
+        let ip = |args: &[&str]| scene.host.ip(args).map(|_| ()).map_err(|e| e.to_string());
+        ip(&[
+            "link", "add", name, "mtu", "9000", "type", "veth", "peer", "name", &peer, "mtu",
+            "9000",
+        ])?;
+        ip(&["link", "set", name, "up"])?;
+        ip(&["link", "set", &peer, "up"])?;
+    }
+    Ok(StandInLinks { moved })
 }
 
 /// The pod's interface carries the result's addresses (lo: is up).

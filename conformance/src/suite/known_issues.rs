@@ -35,6 +35,24 @@ const SBR_DEL_NETNS: &str = "sbr DEL locks and enters CNI_NETNS before anything 
      fails when the netns is gone (`unknown FS magic`, after creating an empty file at that \
      path) or empty (`no such file or directory`)";
 
+const HOST_DEVICE_DEL: &str = "host-device 1.1.1 DEL enters CNI_NETNS and looks for CNI_IFNAME \
+     there before anything else, so it fails when the interface is not there (`failed to find \
+     \"eth0\": Link not found`) or the netns is gone, and then skips IPAM DEL (the lease leaks); \
+     the later failures of the DEL scenarios follow from that";
+
+const HOST_DEVICE_ARGS: &str = "host-device 1.1.1 parses CNI_ARGS strictly although it takes no \
+     key from them (`ARGS: unknown args`), so runtimes' K8S_POD_* arguments without \
+     IgnoreUnknown fail it";
+
+const CHECK_MAIN_TABLE: &str = "macvlan CHECK looks for the route to the pod's subnet in the main \
+     table only; sbr, chained after it as on every RDMA rail, has moved that route into the \
+     interface's own table, so CHECK of a macvlan + sbr network always fails (`Failed to find \
+     Gateway`)";
+
+const HOST_DEVICE_ROUTE_GW: &str = "host-device CHECK compares an IPAM route given without `gw` \
+     with the route ADD installed through the range's gateway, and fails (`Expected Route \
+     {Dst:{IP:192.168.0.0 Mask:ffff0000} GW:<nil>} not found in routing table`)";
+
 /// The Debian reference plugins' known issues.
 pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
@@ -96,6 +114,62 @@ pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
         check_id: "sbr: second DEL with CNI_NETNS empty and no prevResult succeeds",
         reason: SBR_DEL_NETNS,
+    },
+    KnownIssue {
+        check_id: "host-device: 0.1.0 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: 0.2.0 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: 0.3.0 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: 0.3.1 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: 0.4.0 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: 1.0.0 DEL again succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "host-device: CNI_ARGS with unknown keys (it takes none) is accepted",
+        reason: HOST_DEVICE_ARGS,
+    },
+    KnownIssue {
+        check_id: "host-device: DEL with the netns gone succeeds and releases what ADD took",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: DEL without prevResult succeeds and undoes ADD",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: second DEL with CNI_NETNS empty and no prevResult succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "host-device: DEL of an attachment never added succeeds",
+        reason: HOST_DEVICE_DEL,
+    },
+    KnownIssue {
+        check_id: "example 80-macvlan-roce-rail.conflist: CHECK succeeds",
+        reason: CHECK_MAIN_TABLE,
+    },
+    KnownIssue {
+        check_id: "example 81-host-device-rdma.conflist: CHECK succeeds",
+        reason: HOST_DEVICE_ROUTE_GW,
     },
     KnownIssue {
         check_id: "portmap: 0.4.0 CHECK right after ADD succeeds",

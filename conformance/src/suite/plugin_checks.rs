@@ -364,7 +364,7 @@ pub fn bad_input_checks(report: &mut Report, plugin: &Plugin, subject: Subject) 
     if subject.enters_netns() {
         cases.push(BadInput {
             what: "CNI_NETNS that does not exist -> error naming it",
-            call: good().var("CNI_NETNS", "/run/netns/cnitest-no-such-netns"),
+            call: good().var("CNI_NETNS", MISSING_NETNS),
             expect: Expect::AnyCode(vec!["cnitest-no-such-netns".into()]),
         });
         cases.push(BadInput {
@@ -396,7 +396,9 @@ pub fn bad_input_checks(report: &mut Report, plugin: &Plugin, subject: Subject) 
     }
     for case in cases {
         let result = (|| -> Step<String> {
-            let reply = scene.run(plugin, &case.call)?;
+            let reply = scene.run(plugin, &case.call);
+            remove_stray_netns_file(MISSING_NETNS);
+            let reply = reply?;
             // Whatever an ADD that wrongly succeeded made must go again.
             if reply.code == 0 {
                 let _ = scene.run(plugin, &case.call.clone().var("CNI_COMMAND", "DEL"));
@@ -430,6 +432,21 @@ pub fn bad_input_checks(report: &mut Report, plugin: &Plugin, subject: Subject) 
                 res
             })(),
         );
+    }
+}
+
+/// A netns path that does not exist, for the bad-input checks.
+const MISSING_NETNS: &str = "/run/netns/cnitest-no-such-netns";
+
+/// Removes a plain file a plugin created at a netns path that was gone
+/// (the reference sbr opens CNI_NETNS with O_CREAT to lock it), so that it
+/// is not taken for a namespace the suite leaked. A real namespace (an
+/// nsfs mount) is left alone.
+fn remove_stray_netns_file(path: &str) {
+    use nix::sys::statfs::{statfs, NSFS_MAGIC};
+    let is_nsfs = statfs(path).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC);
+    if !is_nsfs && std::path::Path::new(path).is_file() {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -484,14 +501,14 @@ pub fn del_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
             if version_at_least(version, "0.4.0") {
                 with_prev["prevResult"] = result;
             }
-            scene
-                .run(
-                    plugin,
-                    &scene
-                        .call("DEL", &cid, &path, ifname)
-                        .stdin_json(&with_prev),
-                )?
-                .silent_success()?;
+            let reply = scene.run(
+                plugin,
+                &scene
+                    .call("DEL", &cid, &path, ifname)
+                    .stdin_json(&with_prev),
+            );
+            remove_stray_netns_file(&path);
+            reply?.silent_success()?;
             no_lease_left(&scene, subject)
         })(),
     );
@@ -617,7 +634,7 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
     }
     let dir = plugin.dir();
     match subject {
-        Subject::HostLocal | Subject::Bridge | Subject::Macvlan => {
+        Subject::HostLocal | Subject::Bridge | Subject::Macvlan | Subject::HostDevice => {
             for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
                 let what = if key == "cni.dev/valid-attachments" {
                     "GC with cni.dev/valid-attachments releases only stale leases".to_string()

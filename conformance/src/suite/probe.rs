@@ -10,7 +10,7 @@ use super::sandbox::Call;
 use crate::testnet::ALL_VERSIONS;
 
 /// The plugin types the suite has scenarios for, in report order.
-pub const KNOWN_TYPES: [&str; 10] = [
+pub const KNOWN_TYPES: [&str; 11] = [
     "loopback",
     "host-local",
     "bridge",
@@ -18,6 +18,7 @@ pub const KNOWN_TYPES: [&str; 10] = [
     "rdma-sriov",
     "cluster-ipam",
     "macvlan",
+    "host-device",
     "static",
     "tuning",
     "sbr",

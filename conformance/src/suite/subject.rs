@@ -17,6 +17,8 @@ pub enum Subject {
     Portmap,
     /// A macvlan link on a master in the fake host ([`MACVLAN_MASTER`]).
     Macvlan,
+    /// Moves a link of the fake host ([`HOST_DEVICE`]) into the pod.
+    HostDevice,
     /// IPAM that hands out the address its configuration names.
     Static,
     /// Chained after a plugin that gave the pod `eth0`.
@@ -27,6 +29,8 @@ pub enum Subject {
 
 /// The master link of the macvlan scenarios, made in each fake host.
 pub const MACVLAN_MASTER: &str = "suite-m0";
+/// The link host-device scenarios move, made in each fake host.
+pub const HOST_DEVICE: &str = "suite-hd0";
 /// The address `static` scenarios configure, and the chained plugins'
 /// prevResult gives the pod.
 pub const POD_ADDRESS: &str = "10.99.0.5/24";
@@ -48,6 +52,7 @@ impl Subject {
             "bridge" => Some(Subject::Bridge),
             "portmap" => Some(Subject::Portmap),
             "macvlan" => Some(Subject::Macvlan),
+            "host-device" => Some(Subject::HostDevice),
             "static" => Some(Subject::Static),
             "tuning" => Some(Subject::Tuning),
             "sbr" => Some(Subject::Sbr),
@@ -62,6 +67,7 @@ impl Subject {
             Subject::Bridge => "bridge",
             Subject::Portmap => "portmap",
             Subject::Macvlan => "macvlan",
+            Subject::HostDevice => "host-device",
             Subject::Static => "static",
             Subject::Tuning => "tuning",
             Subject::Sbr => "sbr",
@@ -83,7 +89,12 @@ impl Subject {
     pub fn enters_netns(self) -> bool {
         matches!(
             self,
-            Subject::Loopback | Subject::Bridge | Subject::Macvlan | Subject::Tuning | Subject::Sbr
+            Subject::Loopback
+                | Subject::Bridge
+                | Subject::Macvlan
+                | Subject::HostDevice
+                | Subject::Tuning
+                | Subject::Sbr
         )
     }
 
@@ -132,6 +143,11 @@ impl Subject {
                 "master": MACVLAN_MASTER, "mode": "bridge",
                 "ipam": scene.ipam(SUBNET),
             }),
+            Subject::HostDevice => json!({
+                "cniVersion": version, "name": name, "type": "host-device",
+                "device": HOST_DEVICE,
+                "ipam": scene.ipam(SUBNET),
+            }),
             Subject::Static => json!({
                 "cniVersion": version, "name": name, "type": "static",
                 "ipam": {
@@ -157,23 +173,30 @@ impl Subject {
     pub fn prepare(self, scene: &Scene, pod: &Netns) -> Result<(), String> {
         let ip = |ns: &Netns, args: &[&str]| ns.ip(args).map(|_| ()).map_err(|e| e.to_string());
         match self {
-            Subject::Macvlan => {
-                if !scene.has_link(&scene.host, MACVLAN_MASTER)? {
-                    let peer = format!("{MACVLAN_MASTER}p");
+            Subject::Macvlan | Subject::HostDevice => {
+                let link = if self == Subject::Macvlan {
+                    MACVLAN_MASTER
+                } else {
+                    HOST_DEVICE
+                };
+                let peer = format!("{link}p");
+                // A veth moved into a pod dies with the pod's netns, its
+                // peer here too, but the kernel destroys them from a
+                // workqueue: give a peer left by an earlier check a
+                // bounded moment to go before the name is taken again.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+                while !scene.has_link(&scene.host, link)?
+                    && scene.has_link(&scene.host, &peer)?
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                if !scene.has_link(&scene.host, link)? {
                     ip(
                         &scene.host,
-                        &[
-                            "link",
-                            "add",
-                            MACVLAN_MASTER,
-                            "type",
-                            "veth",
-                            "peer",
-                            "name",
-                            &peer,
-                        ],
+                        &["link", "add", link, "type", "veth", "peer", "name", &peer],
                     )?;
-                    ip(&scene.host, &["link", "set", MACVLAN_MASTER, "up"])?;
+                    ip(&scene.host, &["link", "set", link, "up"])?;
                     ip(&scene.host, &["link", "set", &peer, "up"])?;
                 }
                 Ok(())
@@ -324,6 +347,20 @@ impl Subject {
                 }
                 Ok(format!("pod eth0 is a macvlan with {want}"))
             }
+            Subject::HostDevice => {
+                let want = result_addresses(result)
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| format!("no address in the result {result}"))?;
+                if scene.has_link(&scene.host, HOST_DEVICE)? {
+                    return Err(format!("{HOST_DEVICE} is still in the host"));
+                }
+                let have = pod.addresses("eth0").map_err(|e| e.to_string())?;
+                if !have.contains(&want) {
+                    return Err(format!("pod eth0 has {have:?}, result says {want}"));
+                }
+                Ok(format!("{HOST_DEVICE} is the pod's eth0 with {want}"))
+            }
             Subject::Static => {
                 let addrs = result_addresses(result);
                 if addrs.first().map(String::as_str) == Some(POD_ADDRESS) {
@@ -386,6 +423,19 @@ impl Subject {
                     return Err(format!("leases left: {leased:?}"));
                 }
                 Ok("eth0 and lease gone".into())
+            }
+            Subject::HostDevice => {
+                if scene.has_link(pod, "eth0")? {
+                    return Err("pod still has eth0".into());
+                }
+                if !scene.has_link(&scene.host, HOST_DEVICE)? {
+                    return Err(format!("{HOST_DEVICE} is not back in the host"));
+                }
+                let leased = scene.leased(&self.network());
+                if !leased.is_empty() {
+                    return Err(format!("leases left: {leased:?}"));
+                }
+                Ok(format!("{HOST_DEVICE} back in the host, lease gone"))
             }
             Subject::Tuning => {
                 // What ADD changed is put back; the sysctl stays, as the
