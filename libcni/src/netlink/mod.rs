@@ -6,7 +6,8 @@
 //!   errno and extended-ACK text, multipart dumps redone on
 //!   `NLM_F_DUMP_INTR`, and multi-message transactions;
 //! - [`route`]: rtnetlink ([`RouteSocket`]: links, addresses, routes);
-//!   [`link_attrs`] adds promisc, allmulticast and queue length;
+//!   [`link_attrs`] adds promisc, allmulticast and queue length,
+//!   [`link_identity`] the alias, permanent MAC and bus device;
 //! - [`rule`]: policy routing rules; [`route_entry`]: routes whole, to
 //!   copy between tables and delete exactly;
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
@@ -20,6 +21,7 @@
 pub mod attributes;
 pub mod conntrack;
 pub mod link_attrs;
+pub mod link_identity;
 pub mod netfilter;
 pub mod route;
 pub mod route_entry;
@@ -30,6 +32,7 @@ pub mod sublink;
 pub(crate) mod test_support;
 
 pub use link_attrs::LinkAttrs;
+pub use link_identity::LinkIdentity;
 pub use netfilter::{NfReply, Nfnetlink, NfnlSocket};
 pub use route::{
     format_mac, Address, IpFamily, LinkId, LinkInfo, OperState, Route, RouteSocket, Rtnetlink,
