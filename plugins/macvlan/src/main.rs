@@ -1,2 +1,5 @@
-//! `macvlan`: being written (issue 18).
-fn main() {}
+//! The `macvlan` CNI plugin binary; the work is in the library crate.
+
+fn main() {
+    libcni::skel::plugin_main(macvlan::plugin::MacvlanPlugin::from_process_env())
+}

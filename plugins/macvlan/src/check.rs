@@ -1,0 +1,82 @@
+//! CHECK: what ADD made is still there, as the prevResult describes it.
+//!
+//! The configuration is checked as ADD checks it (so a master that has
+//! gone fails), the IPAM plugin checks its lease (layer 3 only), then:
+//! the prevResult names `CNI_IFNAME` in this sandbox; the master exists;
+//! the container interface is a macvlan in the configured mode with the
+//! prevResult's MAC; its addresses and routes are there
+//! ([`check_interface_ips`], [`check_routes`]).
+
+use libcni::iface::{check_interface_ips, check_routes, sandbox_interface};
+use libcni::invoke::{Delegator, Exec};
+use libcni::netlink::sublink::SubLinkKind;
+use libcni::netlink::RouteSocket;
+use libcni::skel::CmdArgs;
+use libcni::types::v100;
+
+use crate::add::find_master;
+use crate::config::MacvlanConf;
+use crate::error::{open_netns, MacvlanError};
+
+pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), MacvlanError> {
+    let conf = MacvlanConf::from_conf(&args.conf, &args.args)?;
+    let netns = open_netns(&args.netns)?;
+    if let Some(plugin) = &conf.ipam_type {
+        ipam.check(plugin, args.conf.bytes())
+            .map_err(|source| MacvlanError::Ipam {
+                action: "IPAM CHECK with",
+                plugin: plugin.clone(),
+                source,
+            })?;
+    }
+    let prev = args
+        .conf
+        .prev_result()?
+        .ok_or(MacvlanError::PrevResultMissing)?;
+    let prev = v100::Result::try_from(prev).map_err(MacvlanError::PrevResult)?;
+    let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {
+        MacvlanError::SandboxMismatch {
+            found: prev
+                .interfaces
+                .iter()
+                .find(|i| i.name == args.ifname)
+                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
+            expected: args.netns.clone(),
+        }
+    })?;
+
+    let mut container = RouteSocket::open_in(&netns)?;
+    if conf.link_in_container {
+        find_master(&conf, &mut container)?;
+    } else {
+        find_master(&conf, &mut RouteSocket::open_current()?)?;
+    }
+    let found = container
+        .sublink(args.ifname.as_str())?
+        .ok_or_else(|| MacvlanError::LinkMissing(args.ifname.clone()))?;
+    let mode = match found.kind {
+        Some(SubLinkKind::MacVlan { mode, .. }) => mode,
+        _ => {
+            return Err(MacvlanError::NotMacvlan {
+                ifname: args.ifname.clone(),
+                kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
+            })
+        }
+    };
+    if mode != conf.mode {
+        return Err(MacvlanError::ModeMismatch {
+            found: mode.to_string(),
+            expected: conf.mode.to_string(),
+        });
+    }
+    if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(&found.link.mac_string()) {
+        return Err(MacvlanError::MacMismatch {
+            ifname: args.ifname.clone(),
+            expected: expected.mac.clone(),
+            found: found.link.mac_string(),
+        });
+    }
+    check_interface_ips(&mut container, &found.link, &prev)?;
+    check_routes(&mut container, &prev.routes)?;
+    Ok(())
+}

@@ -1,0 +1,569 @@
+//! The built `macvlan` binary, run as a runtime runs it, against the
+//! kernel: a fake host namespace whose `master0` is one end of a veth, the
+//! other end (`peer0`, 10.55.0.1/24) in a "peer" namespace standing for the
+//! network beyond the NIC, and a pod namespace. Our `host-local` is the
+//! IPAM plugin (`cargo build -p host-local` first). Every test checks the
+//! kernel's state (`ip -j`) and, where the plugin made a working link, that
+//! the pod reaches the peer across the macvlan.
+
+use std::fs;
+
+use conformance::testnet::{bin_dir, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use serde_json::{json, Value};
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_macvlan");
+const NETWORK: &str = "mvnet";
+const CONTAINER_ID: &str = "ctr-1";
+const IFNAME: &str = "net1";
+const PEER_IP: &str = "10.55.0.1";
+
+struct Fixture {
+    host: TestNetns,
+    peer: TestNetns,
+    pod: TestNetns,
+    data_dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// `master0` in the host, its peer in the peer namespace; with
+    /// `master_in_pod`, the master is in the pod instead (linkInContainer).
+    fn new(tag: &str, master_in_pod: bool) -> Fixture {
+        let ipam = bin_dir().join("host-local");
+        assert!(
+            ipam.exists(),
+            "{} is missing: run `cargo build -p host-local` first",
+            ipam.display()
+        );
+        let fixture = Fixture {
+            host: TestNetns::new(&format!("{tag}-h")),
+            peer: TestNetns::new(&format!("{tag}-r")),
+            pod: TestNetns::new(&format!("{tag}-p")),
+            data_dir: tempfile::tempdir().unwrap(),
+        };
+        let master_ns = if master_in_pod {
+            &fixture.pod
+        } else {
+            &fixture.host
+        };
+        master_ns.ip(&[
+            "link",
+            "add",
+            "master0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "peer0",
+            "netns",
+            fixture.peer.name(),
+        ]);
+        master_ns.ip(&["link", "set", "master0", "up"]);
+        fixture
+            .peer
+            .ip(&["addr", "add", "10.55.0.1/24", "dev", "peer0"]);
+        fixture.peer.ip(&["link", "set", "peer0", "up"]);
+        fixture
+    }
+
+    fn ipam(&self) -> Value {
+        json!({
+            "type": "host-local",
+            "dataDir": self.data_dir.path().display().to_string(),
+            "ranges": [[{"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}]],
+            "routes": [{"dst": "0.0.0.0/0"}],
+        })
+    }
+
+    fn conf(&self, version: &str, extra: Value) -> Value {
+        let mut conf = json!({
+            "cniVersion": version,
+            "name": NETWORK,
+            "type": "macvlan",
+            "master": "master0",
+            "ipam": self.ipam(),
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            conf[key] = value.clone();
+        }
+        conf
+    }
+
+    fn call(&self, command: &str, conf: &Value) -> PluginCall {
+        PluginCall::new(command)
+            .attachment(CONTAINER_ID, &self.pod.path(), IFNAME)
+            .stdin_json(conf)
+            .in_netns(&self.host)
+    }
+
+    fn run(&self, command: &str, conf: &Value) -> PluginOutcome {
+        self.call(command, conf).run(PLUGIN.as_ref())
+    }
+
+    /// The IPs host-local has leased.
+    fn leases(&self) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(self.data_dir.path().join(NETWORK)) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+
+    /// `ip -d -j link show` of `dev` in the pod, if it is there.
+    fn pod_link(&self, dev: &str) -> Option<Value> {
+        self.pod
+            .links()
+            .iter()
+            .any(|l| l == dev)
+            .then(|| self.pod.ip_json(&["-d", "link", "show", "dev", dev])[0].clone())
+    }
+
+    /// Links besides `lo` (and the master where it lives).
+    fn extra_links(ns: &TestNetns) -> Vec<String> {
+        ns.links()
+            .into_iter()
+            .filter(|l| l != "lo" && l != "master0")
+            .collect()
+    }
+
+    /// Nothing of an attachment left: no link in pod or host, no lease.
+    fn assert_nothing_left(&self) {
+        assert_eq!(Fixture::extra_links(&self.pod), Vec::<String>::new());
+        assert_eq!(Fixture::extra_links(&self.host), Vec::<String>::new());
+        assert_eq!(self.leases(), Vec::<String>::new());
+    }
+
+    /// The host's `master0` index: what a macvlan made on it names as
+    /// its link (in another namespace).
+    fn master_index(&self) -> Value {
+        self.host.ip_json(&["link", "show", "dev", "master0"])[0]["ifindex"].clone()
+    }
+
+    fn pod_ipv4(&self) -> Vec<String> {
+        let v = self.pod.ip_json(&["-4", "addr", "show", "dev", IFNAME]);
+        v[0]["addr_info"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn with_prev(conf: &Value, prev: &Value) -> Value {
+    let mut conf = conf.clone();
+    conf["prevResult"] = prev.clone();
+    conf
+}
+
+fn has_check(version: &str) -> bool {
+    matches!(version, "0.4.0" | "1.0.0" | "1.1.0")
+}
+
+/// ADD, traffic, CHECK, DEL, DEL again, in every spec version; the result
+/// has each version's layout.
+#[test]
+fn add_check_del_in_every_version() {
+    for version in ALL_VERSIONS {
+        let fx = Fixture::new("mv-v", false);
+        let conf = fx.conf(version, json!({}));
+        if version == "1.1.0" {
+            fx.run("STATUS", &conf).assert_ok();
+        }
+        let out = fx.run("ADD", &conf);
+        out.assert_ok();
+        let result = out.json();
+        assert_eq!(result["cniVersion"], version);
+        let link = fx.pod_link(IFNAME).expect("macvlan in the pod");
+        assert_eq!(link["linkinfo"]["info_kind"], "macvlan");
+        assert_eq!(link["linkinfo"]["info_data"]["mode"], "bridge");
+        assert_eq!(link["link_index"], fx.master_index());
+        assert_eq!(fx.pod_ipv4(), vec!["10.55.0.10/24".to_string()]);
+        match version {
+            "0.1.0" | "0.2.0" => {
+                assert_eq!(result["ip4"]["ip"], "10.55.0.10/24");
+                assert!(result.get("interfaces").is_none());
+            }
+            _ => {
+                assert_eq!(result["interfaces"][0]["name"], IFNAME);
+                assert_eq!(result["interfaces"][0]["mac"], link["address"]);
+                assert_eq!(
+                    result["interfaces"][0]["sandbox"],
+                    fx.pod.path().display().to_string()
+                );
+                assert_eq!(result["ips"][0]["address"], "10.55.0.10/24");
+                assert_eq!(result["ips"][0]["interface"], 0);
+                let has_version_field = matches!(version, "0.3.0" | "0.3.1" | "0.4.0");
+                assert_eq!(result["ips"][0].get("version").is_some(), has_version_field);
+            }
+        }
+        // The default route through the gateway, and traffic across.
+        let routes = fx.pod.ip_json(&["route", "show", "default"]);
+        assert_eq!(routes[0]["gateway"], PEER_IP, "{routes}");
+        assert!(
+            fx.pod.ping(PEER_IP),
+            "{version}: no ping across the macvlan"
+        );
+        assert_eq!(fx.leases(), vec!["10.55.0.10".to_string()]);
+
+        if has_check(version) {
+            fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
+        }
+        fx.run("DEL", &with_prev(&conf, &result)).assert_ok();
+        fx.assert_nothing_left();
+        fx.run("DEL", &conf).assert_ok();
+    }
+}
+
+/// `"ipam": {}`: the link only, up, no addresses; 0.1.0 and 0.2.0 have no
+/// result form for that and fail before making anything.
+#[test]
+fn layer2_only() {
+    for version in ALL_VERSIONS {
+        let fx = Fixture::new("mv-l2", false);
+        let conf = fx.conf(version, json!({"ipam": {}}));
+        let out = fx.run("ADD", &conf);
+        if matches!(version, "0.1.0" | "0.2.0") {
+            assert_eq!(out.error_code(), 1, "{version}");
+            assert_eq!(out.json()["msg"], "cannot convert: no valid IP addresses");
+            fx.assert_nothing_left();
+            continue;
+        }
+        out.assert_ok();
+        let result = out.json();
+        assert!(result.get("ips").is_none(), "{result}");
+        assert_eq!(result["interfaces"][0]["name"], IFNAME);
+        let link = fx.pod_link(IFNAME).unwrap();
+        assert!(link["flags"].as_array().unwrap().contains(&json!("UP")));
+        assert!(fx.pod_ipv4().is_empty());
+        if has_check(version) {
+            fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
+        }
+        fx.run("DEL", &conf).assert_ok();
+        fx.assert_nothing_left();
+    }
+}
+
+/// The master inside the pod: the macvlan is made there, and works.
+#[test]
+fn link_in_container() {
+    let fx = Fixture::new("mv-lic", true);
+    let conf = fx.conf("1.0.0", json!({"linkInContainer": true}));
+    let out = fx.run("ADD", &conf);
+    out.assert_ok();
+    let link = fx.pod_link(IFNAME).unwrap();
+    assert_eq!(link["link"], "master0");
+    assert!(fx.pod.ping(PEER_IP));
+    fx.run("CHECK", &with_prev(&conf, &out.json())).assert_ok();
+    // Without linkInContainer the master is looked for on the host.
+    let out_host = fx.run(
+        "CHECK",
+        &with_prev(&fx.conf("1.0.0", json!({})), &out.json()),
+    );
+    assert_eq!(out_host.error_code(), 7);
+    assert!(out_host.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("failed to lookup master \"master0\""));
+    fx.run("DEL", &conf).assert_ok();
+    assert!(fx.pod_link(IFNAME).is_none());
+    assert!(fx.leases().is_empty());
+}
+
+/// No `master`: the link of the host's default route.
+#[test]
+fn default_master_from_the_default_route() {
+    let fx = Fixture::new("mv-dr", false);
+    let mut conf = fx.conf("1.0.0", json!({}));
+    conf.as_object_mut().unwrap().remove("master");
+    let out = fx.run("ADD", &conf);
+    assert_eq!(out.error_code(), 7);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("no default route interface found"));
+    fx.assert_nothing_left();
+
+    fx.host
+        .ip(&["addr", "add", "10.55.0.2/24", "dev", "master0"]);
+    fx.host
+        .ip(&["route", "add", "default", "via", PEER_IP, "dev", "master0"]);
+    let out = fx.run("ADD", &conf);
+    out.assert_ok();
+    assert_eq!(
+        fx.pod_link(IFNAME).unwrap()["link_index"],
+        fx.master_index()
+    );
+    assert!(fx.pod.ping(PEER_IP));
+    fx.run("CHECK", &with_prev(&conf, &out.json())).assert_ok();
+    fx.run("DEL", &conf).assert_ok();
+    assert!(fx.leases().is_empty());
+}
+
+/// The MAC from `CNI_ARGS`, and from `runtimeConfig.mac` over it.
+#[test]
+fn mac_from_cni_args_and_runtime_config() {
+    let fx = Fixture::new("mv-mac", false);
+    let conf = fx.conf("1.0.0", json!({"mac": "c2:00:00:00:00:01"}));
+    let out = fx
+        .call("ADD", &conf)
+        .var("CNI_ARGS", "IgnoreUnknown=true;MAC=c2:11:22:33:44:55")
+        .run(PLUGIN.as_ref());
+    out.assert_ok();
+    assert_eq!(out.json()["interfaces"][0]["mac"], "c2:11:22:33:44:55");
+    assert_eq!(fx.pod_link(IFNAME).unwrap()["address"], "c2:11:22:33:44:55");
+    assert!(fx.pod.ping(PEER_IP));
+    fx.run("DEL", &conf).assert_ok();
+
+    let conf = fx.conf(
+        "1.0.0",
+        json!({"RuntimeConfig": {"mac": "c2:66:77:88:99:aa"}}),
+    );
+    let out = fx
+        .call("ADD", &conf)
+        .var("CNI_ARGS", "IgnoreUnknown=true;MAC=c2:11:22:33:44:55")
+        .run(PLUGIN.as_ref());
+    out.assert_ok();
+    assert_eq!(out.json()["interfaces"][0]["mac"], "c2:66:77:88:99:aa");
+    assert_eq!(fx.pod_link(IFNAME).unwrap()["address"], "c2:66:77:88:99:aa");
+    // CHECK compares the MAC with the prevResult's.
+    let mut prev = out.json();
+    prev["interfaces"][0]["mac"] = json!("c2:00:00:00:00:99");
+    let out = fx.run("CHECK", &with_prev(&conf, &prev));
+    assert_eq!(out.error_code(), 999);
+    fx.run("DEL", &conf).assert_ok();
+    fx.assert_nothing_left();
+}
+
+/// Every mode, `mtu` and `bcqueuelen` land on the link; CHECK notices a
+/// mode that differs from the configuration.
+#[test]
+fn modes_mtu_and_bcqueuelen() {
+    let fx = Fixture::new("mv-mode", false);
+    for mode in ["bridge", "private", "vepa", "passthru", "source"] {
+        let conf = fx.conf(
+            "1.1.0",
+            json!({"mode": mode, "mtu": 1400, "bcqueuelen": 123, "ipam": {}}),
+        );
+        let out = fx.run("ADD", &conf);
+        out.assert_ok();
+        let link = fx.pod_link(IFNAME).unwrap();
+        assert_eq!(link["linkinfo"]["info_data"]["mode"], mode);
+        assert_eq!(link["mtu"], 1400);
+        if mode != "passthru" {
+            // passthru takes over the whole parent: no broadcast queue.
+            assert_eq!(link["linkinfo"]["info_data"]["bcqueuelen"], 123, "{link}");
+        }
+        fx.run("CHECK", &with_prev(&conf, &out.json())).assert_ok();
+        let other = if mode == "bridge" { "vepa" } else { "bridge" };
+        let out_other = fx.run(
+            "CHECK",
+            &with_prev(
+                &fx.conf("1.1.0", json!({"mode": other, "ipam": {}})),
+                &out.json(),
+            ),
+        );
+        assert_eq!(out_other.error_code(), 999);
+        assert!(out_other.json()["msg"].as_str().unwrap().contains(&format!(
+            "mode {mode} does not match expected value: {other}"
+        )));
+        fx.run("DEL", &conf).assert_ok();
+        assert!(fx.pod_link(IFNAME).is_none());
+    }
+}
+
+/// Bad input fails with its code and leaves nothing.
+#[test]
+fn bad_input_changes_nothing() {
+    let fx = Fixture::new("mv-bad", false);
+    let cases = [
+        (
+            json!({"mtu": 1600}),
+            7,
+            "invalid MTU 1600, must be [0, master MTU(1500)]",
+        ),
+        (
+            json!({"mtu": -100}),
+            7,
+            "invalid MTU -100, must be [0, master MTU(1500)]",
+        ),
+        (json!({"mode": "l2"}), 7, "unknown macvlan mode: \"l2\""),
+        (
+            json!({"mac": "zz:zz"}),
+            7,
+            "invalid args zz:zz for MAC addr",
+        ),
+        (
+            json!({"master": "nothere0"}),
+            7,
+            "failed to lookup master \"nothere0\"",
+        ),
+        (json!({"mtu": "big"}), 7, "failed to load netconf"),
+    ];
+    for (extra, code, message) in cases {
+        let out = fx.run("ADD", &fx.conf("1.0.0", extra.clone()));
+        assert_eq!(out.error_code(), code, "{extra}");
+        let msg = out.json()["msg"].as_str().unwrap().to_string();
+        assert!(msg.contains(message), "{extra}: {msg}");
+        fx.assert_nothing_left();
+    }
+    let out = fx
+        .call("ADD", &fx.conf("1.0.0", json!({})))
+        .var("CNI_ARGS", "MAC=c2:11:22:33:44:55;OTHER=1")
+        .run(PLUGIN.as_ref());
+    assert_eq!(out.error_code(), 4);
+    fx.assert_nothing_left();
+    // CNI_IFNAME taken in the pod: the new link goes again.
+    fx.pod.ip(&[
+        "link", "add", IFNAME, "type", "veth", "peer", "name", "other0",
+    ]);
+    let out = fx.run("ADD", &fx.conf("1.0.0", json!({})));
+    assert_eq!(out.error_code(), 999);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("failed to rename macvlan to \"net1\""));
+    assert_eq!(
+        fx.pod_link(IFNAME).unwrap()["linkinfo"]["info_kind"],
+        "veth"
+    );
+    assert_eq!(Fixture::extra_links(&fx.pod).len(), 2);
+    assert!(fx.leases().is_empty());
+}
+
+/// A failure after the link exists removes it, and a failure after IPAM
+/// ADD releases the lease too.
+#[test]
+fn failures_after_the_link_exists_roll_back() {
+    let fx = Fixture::new("mv-rb", false);
+    // No such IPAM plugin.
+    let conf = fx.conf("1.0.0", json!({"ipam": {"type": "no-such-ipam"}}));
+    let out = fx.run("ADD", &conf);
+    assert_ne!(out.code, 0);
+    fx.assert_nothing_left();
+    // IPAM succeeds, then a route through an unreachable gateway fails.
+    let mut ipam = fx.ipam();
+    ipam["routes"] = json!([{"dst": "10.99.0.0/16", "gw": "10.200.0.1"}]);
+    let conf = fx.conf("1.0.0", json!({"ipam": ipam}));
+    let out = fx.run("ADD", &conf);
+    assert_eq!(out.error_code(), 999);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("failed to add route '10.99.0.0/16 via 10.200.0.1 dev net1'"));
+    fx.assert_nothing_left();
+}
+
+/// DEL with the pod namespace gone still releases the lease; without
+/// `CNI_NETNS` too.
+#[test]
+fn del_without_the_netns() {
+    let fx = Fixture::new("mv-gone", false);
+    let conf = fx.conf("1.0.0", json!({}));
+    fx.run("ADD", &conf).assert_ok();
+    assert_eq!(fx.leases().len(), 1);
+    let pod_path = fx.pod.path();
+    conformance::testnet::ip(&["netns", "delete", fx.pod.name()]);
+    assert!(!pod_path.exists());
+    fx.run("DEL", &conf).assert_ok();
+    assert!(fx.leases().is_empty());
+    fx.run("DEL", &conf).assert_ok();
+    // And with no CNI_NETNS at all (containerd's second DEL).
+    PluginCall::new("DEL")
+        .var("CNI_CONTAINERID", CONTAINER_ID)
+        .var("CNI_IFNAME", IFNAME)
+        .stdin_json(&conf)
+        .in_netns(&fx.host)
+        .run(PLUGIN.as_ref())
+        .assert_ok();
+    // The macvlan went with the namespace; the master stays.
+    assert!(fx.host.links().contains(&"master0".to_string()));
+    // A path that is not a namespace is an error (code 4), not "gone".
+    let out = PluginCall::new("DEL")
+        .attachment(CONTAINER_ID, std::path::Path::new("/etc/hostname"), IFNAME)
+        .stdin_json(&conf)
+        .in_netns(&fx.host)
+        .run(PLUGIN.as_ref());
+    assert_eq!(out.error_code(), 4);
+}
+
+/// CHECK finds what was removed after ADD.
+#[test]
+fn check_finds_damage() {
+    let fx = Fixture::new("mv-dmg", false);
+    let conf = fx.conf("1.0.0", json!({}));
+    let out = fx.run("ADD", &conf);
+    out.assert_ok();
+    let prev = out.json();
+    let checked = with_prev(&conf, &prev);
+    fx.run("CHECK", &checked).assert_ok();
+    // No prevResult.
+    let out = fx.run("CHECK", &conf);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("Required prevResult missing"));
+    // The default route gone.
+    fx.pod.ip(&["route", "del", "default"]);
+    let out = fx.run("CHECK", &checked);
+    assert!(
+        out.json()["msg"]
+            .as_str()
+            .unwrap()
+            .contains("Expected Route 0.0.0.0/0"),
+        "{}",
+        out.stdout
+    );
+    // The address gone.
+    fx.pod.ip(&["addr", "flush", "dev", IFNAME]);
+    let out = fx.run("CHECK", &checked);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("Failed to match addr 10.55.0.10/24 on interface net1"));
+    // The link replaced by another kind.
+    fx.pod.ip(&["link", "del", IFNAME]);
+    fx.pod
+        .ip(&["link", "add", IFNAME, "type", "veth", "peer", "name", "x0"]);
+    let out = fx.run("CHECK", &checked);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("not of type macvlan"));
+    fx.pod.ip(&["link", "del", IFNAME]);
+    fx.run("DEL", &conf).assert_ok();
+    fx.assert_nothing_left();
+}
+
+/// GC and STATUS go to the IPAM plugin: a GC whose valid list lacks the
+/// attachment releases its lease.
+#[test]
+fn gc_and_status_ask_ipam() {
+    let fx = Fixture::new("mv-gc", false);
+    let conf = fx.conf("1.1.0", json!({}));
+    fx.run("ADD", &conf).assert_ok();
+    fx.run("STATUS", &conf).assert_ok();
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": CONTAINER_ID, "ifname": IFNAME}]);
+    PluginCall::new("GC")
+        .stdin_json(&gc)
+        .in_netns(&fx.host)
+        .run(PLUGIN.as_ref())
+        .assert_ok();
+    assert_eq!(fx.leases().len(), 1);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    PluginCall::new("GC")
+        .stdin_json(&gc)
+        .in_netns(&fx.host)
+        .run(PLUGIN.as_ref())
+        .assert_ok();
+    assert!(fx.leases().is_empty());
+    // Layer 2: nothing to ask.
+    let l2 = fx.conf("1.1.0", json!({"ipam": {}}));
+    fx.run("STATUS", &l2).assert_ok();
+    fx.run("DEL", &conf).assert_ok();
+}
