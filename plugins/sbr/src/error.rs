@@ -1,0 +1,242 @@
+//! The plugin's errors and the spec codes they are reported with.
+//!
+//! - configuration and previous-result problems: 7 (6 for a previous
+//!   result that does not decode, 1 for one of an unknown version);
+//! - `CNI_IFNAME` naming no interface of the container, or `CNI_NETNS`
+//!   naming something that is not a namespace: 4; a namespace that does
+//!   not exist: 3;
+//! - another sbr holding the namespace's lock too long: 11;
+//! - everything the kernel refused: 999, worded as the reference words it
+//!   (`Failed to add rule: ...`).
+
+use std::net::IpAddr;
+
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::netlink::NetlinkError;
+use libcni::netns::NetNsError;
+use libcni::plugin_conf::ConfError;
+use libcni::types::ResultError;
+
+use crate::config::ConfigError;
+use crate::lock::LockError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SbrError {
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("could not convert result to current version: {0}")]
+    PrevResult(#[source] ResultError),
+    #[error("This plugin must be called as chained plugin")]
+    NotChained,
+    #[error("No IP addresses supplied on interface: {0}")]
+    NoIps(String),
+    #[error("none of the prevResult's IP addresses belongs to interface {0}")]
+    NoIpsOnInterface(String),
+    #[error("failed to open netns {path:?}: {source}")]
+    NetNs {
+        path: String,
+        #[source]
+        source: NetNsError,
+    },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("Cannot find network interface {ifname} in netns {netns:?}")]
+    InterfaceNotFound { ifname: String, netns: String },
+    #[error("netlink: {0}")]
+    Netlink(#[from] NetlinkError),
+    #[error("Failed to list all rules: {0}")]
+    ListRules(#[source] NetlinkError),
+    #[error("Failed to list all routes: {0}")]
+    ListRoutes(#[source] NetlinkError),
+    #[error("no free routing table from {0} on")]
+    NoFreeTable(u32),
+    #[error("Failed to add rule: {0}")]
+    AddRule(#[source] NetlinkError),
+    /// The reference words the rule error of `table` mode in lower case.
+    #[error("failed to add rule: {0}")]
+    AddRuleToTable(#[source] NetlinkError),
+    #[error("Failed to add default route to {gateway}: {source}")]
+    AddDefaultRoute {
+        gateway: IpAddr,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("Failed to readd route: {0}")]
+    CopyRoute(#[source] NetlinkError),
+    #[error("Failed to delete route: {0}")]
+    DeleteRoute(#[source] NetlinkError),
+    #[error("Failed to delete rule {0}")]
+    DeleteRule(#[source] NetlinkError),
+    #[error("failed to clear table {table}: {source}")]
+    ClearTable {
+        table: u32,
+        #[source]
+        source: NetlinkError,
+    },
+    /// ADD failed and taking back its partial work failed too.
+    #[error("{cause}; undoing the partial ADD also failed: {}", .undo_failures.join("; "))]
+    UndoFailed {
+        cause: Box<SbrError>,
+        undo_failures: Vec<String>,
+    },
+    #[error("{0}")]
+    Check(String),
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<SbrError>),
+}
+
+impl SbrError {
+    /// One error from many (DEL goes on after a failure); `None` when there
+    /// were none.
+    pub fn from_many(mut errors: Vec<SbrError>) -> Option<SbrError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(SbrError::Several(errors)),
+        }
+    }
+}
+
+impl ToCniError for SbrError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            SbrError::Conf(e) => return e.to_cni_error(),
+            SbrError::Config(_)
+            | SbrError::NotChained
+            | SbrError::NoIps(_)
+            | SbrError::NoIpsOnInterface(_) => ErrorCode::InvalidNetworkConfig,
+            SbrError::PrevResult(ResultError::UnsupportedVersion(_)) => {
+                ErrorCode::IncompatibleVersion
+            }
+            SbrError::PrevResult(
+                ResultError::Decode(_) | ResultError::NotAnObject | ResultError::NoValidIps,
+            ) => ErrorCode::Decode,
+            SbrError::NetNs { source, .. } => match source {
+                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+                NetNsError::Open { .. }
+                | NetNsError::Switch { .. }
+                | NetNsError::Thread { .. }
+                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
+            },
+            SbrError::Lock(LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
+            SbrError::Lock(LockError::Flock { .. }) => ErrorCode::Internal,
+            SbrError::InterfaceNotFound { .. } => ErrorCode::InvalidEnvironment,
+            SbrError::Netlink(_)
+            | SbrError::ListRules(_)
+            | SbrError::ListRoutes(_)
+            | SbrError::NoFreeTable(_)
+            | SbrError::AddRule(_)
+            | SbrError::AddRuleToTable(_)
+            | SbrError::AddDefaultRoute { .. }
+            | SbrError::CopyRoute(_)
+            | SbrError::DeleteRoute(_)
+            | SbrError::DeleteRule(_)
+            | SbrError::ClearTable { .. }
+            | SbrError::Check(_) => ErrorCode::Internal,
+            // The failure that started it decides the code.
+            SbrError::UndoFailed { cause, .. } => cause.to_cni_error().code,
+            SbrError::Several(errors) => errors
+                .first()
+                .map_or(ErrorCode::Internal, |e| e.to_cni_error().code),
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::errno::Errno;
+
+    fn code(e: SbrError) -> u32 {
+        e.to_cni_error().code.as_u32()
+    }
+
+    fn kernel(errno: Errno) -> NetlinkError {
+        NetlinkError::Kernel {
+            errno,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn codes() {
+        assert_eq!(code(SbrError::NotChained), 7);
+        assert_eq!(code(SbrError::NoIps("net1".into())), 7);
+        assert_eq!(code(ConfigError::TooManyGateways.into()), 7);
+        assert_eq!(
+            code(SbrError::PrevResult(ResultError::UnsupportedVersion(
+                "9".into()
+            ))),
+            1
+        );
+        assert_eq!(code(SbrError::PrevResult(ResultError::NotAnObject)), 6);
+        assert_eq!(
+            code(SbrError::NetNs {
+                path: "/x".into(),
+                source: NetNsError::NotExist { path: "/x".into() }
+            }),
+            3
+        );
+        assert_eq!(
+            code(SbrError::NetNs {
+                path: "/etc/hostname".into(),
+                source: NetNsError::NotNetNs {
+                    path: "/etc/hostname".into()
+                }
+            }),
+            4
+        );
+        assert_eq!(
+            code(SbrError::InterfaceNotFound {
+                ifname: "net9".into(),
+                netns: "/x".into()
+            }),
+            4
+        );
+        assert_eq!(
+            code(
+                LockError::Timeout {
+                    path: "/x".into(),
+                    waited: std::time::Duration::from_secs(30)
+                }
+                .into()
+            ),
+            11
+        );
+        assert_eq!(code(SbrError::AddRule(kernel(Errno::EEXIST))), 999);
+        let undo = SbrError::UndoFailed {
+            cause: Box::new(SbrError::NoIps("net1".into())),
+            undo_failures: vec!["x".into()],
+        };
+        assert_eq!(code(undo), 7);
+    }
+
+    #[test]
+    fn messages_follow_the_reference() {
+        assert_eq!(
+            SbrError::AddRule(kernel(Errno::EEXIST)).to_string(),
+            "Failed to add rule: EEXIST: File exists"
+        );
+        assert_eq!(
+            SbrError::AddDefaultRoute {
+                gateway: "192.168.1.1".parse().unwrap(),
+                source: kernel(Errno::ENETUNREACH)
+            }
+            .to_string(),
+            "Failed to add default route to 192.168.1.1: ENETUNREACH: Network is unreachable"
+        );
+        let several = SbrError::Several(vec![
+            SbrError::DeleteRule(kernel(Errno::EPERM)),
+            SbrError::DeleteRule(kernel(Errno::EBUSY)),
+        ]);
+        assert_eq!(
+            several.to_string(),
+            "Failed to delete rule EPERM: Operation not permitted; \
+             Failed to delete rule EBUSY: Device or resource busy"
+        );
+    }
+}
