@@ -1,0 +1,31 @@
+//! GC: forget the saved link settings of this network's attachments that
+//! the runtime no longer lists. Their containers are gone, so there is
+//! nothing to restore; only the files are left.
+
+use libcni::skel::CmdArgs;
+
+use crate::config;
+use crate::error::TuningError;
+use crate::saved;
+
+pub fn gc(args: &CmdArgs) -> Result<(), TuningError> {
+    let raw = config::decode(&args.stdin_data)?;
+    let keep: Vec<(String, String)> = args
+        .conf
+        .valid_attachments
+        .iter()
+        .map(|a| (a.container_id.clone(), a.ifname.clone()))
+        .collect();
+    let stale = saved::stale_files(&config::data_dir(&raw), &args.conf.name, &keep)?;
+    let mut errors = Vec::new();
+    for path in stale {
+        match saved::remove(&path) {
+            Ok(()) => log::debug!("GC removed {}", path.display()),
+            Err(e) => errors.push(TuningError::from(e)),
+        }
+    }
+    match TuningError::from_many(errors) {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
