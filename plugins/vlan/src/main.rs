@@ -1,2 +1,5 @@
-//! `vlan`: being written (issue 18).
-fn main() {}
+//! The `vlan` CNI plugin binary; the work is in the library crate.
+
+fn main() {
+    libcni::skel::plugin_main(vlan::plugin::VlanPlugin::from_process_env())
+}
