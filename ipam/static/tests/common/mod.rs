@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use conformance::testnet::{PluginCall, PluginOutcome, TestNetns};
 use serde_json::{json, Value};
 
+#[allow(unused_imports)]
 pub use conformance::testnet::ALL_VERSIONS;
 
 pub const OURS: &str = env!("CARGO_BIN_EXE_static");
