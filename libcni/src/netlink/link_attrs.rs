@@ -85,7 +85,12 @@ impl RouteSocket {
 
     /// One flag changed, the others left as they are (`ifi_change` masks
     /// the request to that flag).
-    fn set_flag(&mut self, link: LinkId<'_>, flag: LinkFlags, on: bool) -> Result<(), NetlinkError> {
+    fn set_flag(
+        &mut self,
+        link: LinkId<'_>,
+        flag: LinkFlags,
+        on: bool,
+    ) -> Result<(), NetlinkError> {
         let mut msg = message_for(link);
         msg.header.change_mask = flag;
         if on {
@@ -156,7 +161,10 @@ mod tests {
             socket.set_promisc("lo", true).unwrap();
             let after = socket.link_attrs(before.index).unwrap().unwrap();
             assert!(after.promisc);
-            assert_eq!((after.allmulti, after.tx_queue_len), (false, before.tx_queue_len));
+            assert_eq!(
+                (after.allmulti, after.tx_queue_len),
+                (false, before.tx_queue_len)
+            );
 
             socket.set_allmulti("lo", true).unwrap();
             socket.set_tx_queue_len("lo", 1234).unwrap();

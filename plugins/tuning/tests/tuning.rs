@@ -945,3 +945,42 @@ fn side_by_side_with_the_reference() {
         assert!(!theirs.saved_file("ctr-sbs").exists());
     }
 }
+
+/// A restore the kernel refuses: the other settings are still put back,
+/// DEL fails naming it, and the file stays for a retry.
+#[test]
+fn a_refused_restore_keeps_the_file_and_restores_the_rest() {
+    let pod = Pod::new("tun-rfail");
+    pod.pod.ip(&[
+        "link",
+        "set",
+        "eth0",
+        "txqueuelen",
+        "5",
+        "allmulticast",
+        "on",
+    ]);
+    let conf = pod.conf("1.0.0", json!({}));
+    let saved = pod.saved_file("ctr-rfail");
+    fs::write(
+        &saved,
+        r#"{"mtu": 70000, "allmulti": false, "txQLen": 1000, "network": "tunenet"}"#,
+    )
+    .unwrap();
+    let out = pod.call("DEL", "ctr-rfail", &conf);
+    assert_eq!(out.error_code(), 999);
+    assert!(
+        out.json()["msg"].as_str().unwrap().contains("mtu 70000"),
+        "{}",
+        out.stdout
+    );
+    assert!(saved.exists());
+    pod.assert_original_link();
+
+    // A CNI_NETNS that is not a namespace (what is left of an unmounted
+    // one): nothing can be restored there.
+    let not_a_netns = tempfile::NamedTempFile::new().unwrap();
+    let out = run(TUNING, "DEL", "ctr-rfail", not_a_netns.path(), &conf, &[]);
+    out.assert_ok();
+    assert!(!saved.exists());
+}
