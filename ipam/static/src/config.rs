@@ -136,7 +136,7 @@ struct NetKeys {
 
 struct IpamKeys {
     routes: Option<Vec<Route>>,
-    addresses: Option<Vec<AddressKeys>>,
+    addresses: Vec<AddressKeys>,
     dns: Option<Dns>,
 }
 
@@ -235,7 +235,7 @@ impl StaticConfig {
     /// `CNI_ARGS` as received.
     pub fn load(raw: &Value, cni_args: &str) -> Result<StaticConfig, StaticError> {
         let (keys, ipam) = decode(raw)?;
-        let mut entries = config_entries(ipam.addresses.unwrap_or_default())?;
+        let mut entries = config_entries(ipam.addresses)?;
 
         let env = CniArgs::parse(cni_args, &[IP_ARG, GATEWAY_ARG])?;
         add_env_addresses(&mut entries, &env)?;
@@ -294,7 +294,7 @@ impl StaticConfig {
     /// `runtimeConfig.ips` or `args.cni.ips` can replace them.
     pub fn check_decodes(raw: &Value) -> Result<(), StaticError> {
         let (_, ipam) = decode(raw)?;
-        config_entries(ipam.addresses.unwrap_or_default())?;
+        config_entries(ipam.addresses)?;
         Ok(())
     }
 }
@@ -324,15 +324,11 @@ fn ipam_keys(ipam: Fields) -> Result<IpamKeys, ConfigError> {
     // Read by no one, but a wrong type fails the reference's decoding.
     ipam.get::<String>("Name")?;
     ipam.get::<String>("type")?;
-    let addresses = match ipam.object.get("addresses") {
-        None | Some(Value::Null) => None,
-        Some(_) => Some(
-            ipam.list("addresses")?
-                .into_iter()
-                .map(address_keys)
-                .collect::<Result<_, _>>()?,
-        ),
-    };
+    let addresses = ipam
+        .list("addresses")?
+        .into_iter()
+        .map(address_keys)
+        .collect::<Result<_, _>>()?;
     // serde would also take a list for a struct; Go takes only objects.
     ipam.list("routes")?;
     ipam.object("dns")?;
