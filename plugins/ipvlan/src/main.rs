@@ -1,2 +1,5 @@
-//! `ipvlan`: being written (issue 18).
-fn main() {}
+//! The `ipvlan` CNI plugin binary; the work is in the library crate.
+
+fn main() {
+    libcni::skel::plugin_main(ipvlan::plugin::IpvlanPlugin::from_process_env())
+}

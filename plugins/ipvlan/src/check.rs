@@ -1,0 +1,81 @@
+//! CHECK: what ADD made is still there, as the prevResult describes it.
+//!
+//! The configuration is checked as ADD checks it, the IPAM plugin checks
+//! its lease (when there is one), then: the prevResult names `CNI_IFNAME`
+//! in this sandbox; the configured master exists (without `master`, the
+//! reference fails looking up ""; here there is nothing to look up: the
+//! prevResult now names the ipvlan itself, not the chained master); the
+//! container interface is an ipvlan in the configured mode with the
+//! prevResult's MAC; its addresses and routes are there
+//! ([`check_interface_ips`], [`check_routes`]).
+
+use libcni::iface::{check_interface_ips, check_routes, sandbox_interface};
+use libcni::invoke::{Delegator, Exec};
+use libcni::netlink::sublink::SubLinkKind;
+use libcni::netlink::RouteSocket;
+use libcni::skel::CmdArgs;
+
+use crate::add::{find_master, prev_result};
+use crate::config::IpvlanConf;
+use crate::error::{open_netns, IpvlanError};
+
+pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanError> {
+    let conf = IpvlanConf::from_conf(&args.conf)?;
+    let netns = open_netns(&args.netns)?;
+    if let Some(plugin) = &conf.ipam_type {
+        ipam.check(plugin, args.conf.bytes())
+            .map_err(|source| IpvlanError::Ipam {
+                action: "IPAM CHECK with",
+                plugin: plugin.clone(),
+                source,
+            })?;
+    }
+    let prev = prev_result(args)?.ok_or(IpvlanError::PrevResultMissing)?;
+    let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {
+        IpvlanError::SandboxMismatch {
+            found: prev
+                .interfaces
+                .iter()
+                .find(|i| i.name == args.ifname)
+                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
+            expected: args.netns.clone(),
+        }
+    })?;
+
+    let mut container = RouteSocket::open_in(&netns)?;
+    if let Some(master) = &conf.master {
+        if conf.link_in_container {
+            find_master(Some(master), true, &mut container)?;
+        } else {
+            find_master(Some(master), false, &mut RouteSocket::open_current()?)?;
+        }
+    }
+    let found = container
+        .sublink(args.ifname.as_str())?
+        .ok_or_else(|| IpvlanError::LinkMissing(args.ifname.clone()))?;
+    let mode = match found.kind {
+        Some(SubLinkKind::IpVlan { mode }) => mode,
+        _ => {
+            return Err(IpvlanError::NotIpvlan {
+                ifname: args.ifname.clone(),
+                kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
+            })
+        }
+    };
+    if mode != conf.mode {
+        return Err(IpvlanError::ModeMismatch {
+            found: mode.to_string(),
+            expected: conf.mode.to_string(),
+        });
+    }
+    if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(&found.link.mac_string()) {
+        return Err(IpvlanError::MacMismatch {
+            ifname: args.ifname.clone(),
+            expected: expected.mac.clone(),
+            found: found.link.mac_string(),
+        });
+    }
+    check_interface_ips(&mut container, &found.link, &prev)?;
+    check_routes(&mut container, &prev.routes)?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! The plugin's errors and the spec codes they are reported with.
+//!
+//! - configuration problems: 7 ([`ConfigError`]);
+//! - a parent that is not there, or no default route to find one by: 7,
+//!   naming the interface and the namespace looked in;
+//! - a container namespace that does not exist: 3; a path that is not a
+//!   namespace: 4;
+//! - a kernel without ipvlan: 50 (the node cannot serve the plugin);
+//! - the IPAM plugin's own error: the IPAM plugin's code;
+//! - what CHECK finds different from the prevResult, and whatever else
+//!   the kernel refused: 999, with a message naming what and where.
+
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::iface::IfaceError;
+use libcni::invoke::InvokeError;
+use libcni::netlink::sublink::{DeleteError, SubLinkError};
+use libcni::netlink::NetlinkError;
+use libcni::netns::NetNsError;
+use libcni::plugin_conf::ConfError;
+use libcni::types::ResultError;
+
+use crate::config::ConfigError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IpvlanError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    #[error("failed to open netns {path:?}: {source}")]
+    NetNs {
+        path: String,
+        #[source]
+        source: NetNsError,
+    },
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error("no default route interface found{}; set \"master\"", if *.in_container { " in the container" } else { "" })]
+    NoDefaultRoute { in_container: bool },
+    #[error("failed to lookup master {master:?}: no such link{}", if *.in_container { " in the container" } else { "" })]
+    MasterNotFound { master: String, in_container: bool },
+    #[error(transparent)]
+    SubLink(#[from] SubLinkError),
+    #[error(transparent)]
+    Iface(#[from] IfaceError),
+    #[error("{action} {plugin:?}: {source}")]
+    Ipam {
+        action: &'static str,
+        plugin: String,
+        #[source]
+        source: InvokeError,
+    },
+    #[error("IPAM plugin returned missing IP config")]
+    IpamNoIps,
+    #[error("failed to convert prevResult: {0}")]
+    PrevResult(#[source] ResultError),
+    #[error("Required prevResult missing")]
+    PrevResultMissing,
+    #[error("Sandbox in prevResult {found} doesn't match configured netns: {expected}")]
+    SandboxMismatch { found: String, expected: String },
+    #[error("Container interface {0} not found")]
+    LinkMissing(String),
+    #[error("Container interface {ifname} not of type ipvlan (it is {kind})")]
+    NotIpvlan { ifname: String, kind: String },
+    #[error("Container IPVlan mode {found} does not match expected value: {expected}")]
+    ModeMismatch { found: String, expected: String },
+    #[error("Interface {ifname} MAC {expected} doesn't match the MAC found: {found}")]
+    MacMismatch {
+        ifname: String,
+        expected: String,
+        found: String,
+    },
+    #[error(transparent)]
+    Delete(#[from] DeleteError),
+    #[error("{}", join(.0))]
+    Several(Vec<IpvlanError>),
+}
+
+fn join(errors: &[IpvlanError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl IpvlanError {
+    /// One error from many (DEL goes on after a failure); `None` when
+    /// there were none.
+    pub fn from_many(mut errors: Vec<IpvlanError>) -> Option<IpvlanError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(IpvlanError::Several(errors)),
+        }
+    }
+}
+
+impl ToCniError for IpvlanError {
+    fn to_cni_error(&self) -> CniError {
+        let internal = || CniError::new(ErrorCode::Internal, self.to_string());
+        match self {
+            IpvlanError::Config(e) => e.to_cni_error(),
+            IpvlanError::Conf(e) => e.to_cni_error(),
+            IpvlanError::NetNs { source, .. } => {
+                let code = match source {
+                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+                    NetNsError::Open { .. }
+                    | NetNsError::Switch { .. }
+                    | NetNsError::Thread { .. }
+                    | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
+                };
+                CniError::new(code, self.to_string())
+            }
+            IpvlanError::NoDefaultRoute { .. } | IpvlanError::MasterNotFound { .. } => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
+            IpvlanError::SubLink(e) => e.to_cni_error(),
+            IpvlanError::Iface(e) => e.to_cni_error(),
+            IpvlanError::Delete(e) => e.to_cni_error(),
+            // The delegate's own error object, code and all, when it
+            // printed one.
+            IpvlanError::Ipam { source, .. } => match source.plugin_error() {
+                Some(e) => e.clone(),
+                None => CniError::new(source.to_cni_error().code, self.to_string()),
+            },
+            IpvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            // The first failure decides the code; the message lists all.
+            IpvlanError::Several(errors) => {
+                let code = errors
+                    .first()
+                    .map_or(ErrorCode::Internal, |e| e.to_cni_error().code);
+                CniError::new(code, self.to_string())
+            }
+            IpvlanError::Netlink(_)
+            | IpvlanError::IpamNoIps
+            | IpvlanError::PrevResultMissing
+            | IpvlanError::SandboxMismatch { .. }
+            | IpvlanError::LinkMissing(_)
+            | IpvlanError::NotIpvlan { .. }
+            | IpvlanError::ModeMismatch { .. }
+            | IpvlanError::MacMismatch { .. } => internal(),
+        }
+    }
+}
+
+/// Open the container namespace, with the error that names it.
+pub fn open_netns(path: &str) -> Result<libcni::netns::NetNs, IpvlanError> {
+    libcni::netns::NetNs::open(path).map_err(|source| IpvlanError::NetNs {
+        path: path.to_string(),
+        source,
+    })
+}

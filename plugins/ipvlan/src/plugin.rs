@@ -1,0 +1,73 @@
+//! The plugin's verbs, wired to the skeleton. GC and STATUS have nothing
+//! of their own to do: they ask the IPAM plugin, when there is one.
+
+use libcni::invoke::{Delegator, Exec, RawExec};
+use libcni::skel::{self, CmdArgs, Plugin};
+use libcni::types::AnyResult;
+
+use crate::del::ipam_type;
+use crate::error::IpvlanError;
+use crate::{add, check, del};
+
+/// The plugin; IPAM is reached through `ipam`.
+pub struct IpvlanPlugin<E: Exec = RawExec> {
+    pub ipam: Delegator<E>,
+}
+
+impl IpvlanPlugin {
+    /// What the binary runs: real IPAM processes.
+    pub fn from_process_env() -> Self {
+        IpvlanPlugin {
+            ipam: Delegator::from_process_env(),
+        }
+    }
+}
+
+impl<E: Exec> Plugin for IpvlanPlugin<E> {
+    type Error = IpvlanError;
+
+    fn about(&self) -> String {
+        skel::about_string("ipvlan", env!("CARGO_PKG_VERSION"))
+    }
+
+    fn add(&self, args: &CmdArgs) -> Result<AnyResult, IpvlanError> {
+        add::add(args, &self.ipam).map(AnyResult::V1)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), IpvlanError> {
+        del::del(args, &self.ipam)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), IpvlanError> {
+        check::check(args, &self.ipam)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), IpvlanError> {
+        match ipam_type(args) {
+            Some(plugin) => {
+                self.ipam
+                    .gc(plugin, args.conf.bytes())
+                    .map_err(|source| IpvlanError::Ipam {
+                        action: "IPAM GC with",
+                        plugin: plugin.to_string(),
+                        source,
+                    })
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<(), IpvlanError> {
+        match ipam_type(args) {
+            Some(plugin) => self
+                .ipam
+                .status(plugin, args.conf.bytes())
+                .map_err(|source| IpvlanError::Ipam {
+                    action: "IPAM STATUS with",
+                    plugin: plugin.to_string(),
+                    source,
+                }),
+            None => Ok(()),
+        }
+    }
+}
