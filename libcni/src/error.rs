@@ -172,6 +172,123 @@ impl ToCniError for CniError {
     }
 }
 
+/// Several failures of one operation that goes on after a step fails (a
+/// DEL, a GC, the undoing of a partial ADD), each kept as the spec error
+/// it would have been alone, so that the code is not lost on the way.
+///
+/// Reported as one error: the code of the first failure (the steps run in
+/// order, and the first one to fail usually explains the rest) and every
+/// message, joined with `"; "`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorList {
+    errors: Vec<CniError>,
+}
+
+impl ErrorList {
+    pub fn new() -> ErrorList {
+        ErrorList::default()
+    }
+
+    /// Adds `error` as it is.
+    pub fn push(&mut self, error: &dyn ToCniError) {
+        self.errors.push(error.to_cni_error());
+    }
+
+    /// Adds `error` with its message prefixed by what was being done:
+    /// `"<context>: <message>"`.
+    pub fn push_in(&mut self, context: impl fmt::Display, error: &dyn ToCniError) {
+        let mut error = error.to_cni_error();
+        error.msg = format!("{context}: {}", error.msg);
+        self.errors.push(error);
+    }
+
+    /// Adds every error of `other`, each prefixed with `context`.
+    pub fn append_in(&mut self, context: impl fmt::Display, other: ErrorList) {
+        for mut error in other.errors {
+            error.msg = format!("{context}: {}", error.msg);
+            self.errors.push(error);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
+    pub fn errors(&self) -> &[CniError] {
+        &self.errors
+    }
+
+    /// `Ok` when nothing failed.
+    pub fn into_result(self) -> Result<(), ErrorList> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+
+    /// The code reported for the whole list: the first failure's, or 999
+    /// for an empty list (which no one should report).
+    pub fn code(&self) -> ErrorCode {
+        self.errors
+            .first()
+            .map(|e| e.code)
+            .unwrap_or(ErrorCode::Internal)
+    }
+}
+
+impl fmt::Display for ErrorList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ErrorList {}
+
+impl ToCniError for ErrorList {
+    fn to_cni_error(&self) -> CniError {
+        CniError::new(self.code(), self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod error_list_tests {
+    use super::*;
+
+    #[test]
+    fn keeps_each_code_and_reports_the_first() {
+        let mut list = ErrorList::new();
+        assert!(list.is_empty());
+        assert_eq!(list.clone().into_result(), Ok(()));
+        list.push_in(
+            "IPAM DEL",
+            &CniError::new(ErrorCode::TryAgainLater, "store locked"),
+        );
+        list.push(&CniError::new(ErrorCode::Internal, "EBUSY"));
+        let mut inner = ErrorList::new();
+        inner.push(&CniError::new(ErrorCode::Io, "disk full"));
+        list.append_in("c1/net1", inner);
+        assert_eq!(list.len(), 3);
+        let codes: Vec<u32> = list.errors().iter().map(|e| e.code.as_u32()).collect();
+        assert_eq!(codes, vec![11, 999, 5]);
+        let e = list.to_cni_error();
+        assert_eq!(e.code, ErrorCode::TryAgainLater);
+        assert_eq!(e.msg, "IPAM DEL: store locked; EBUSY; c1/net1: disk full");
+        assert!(list.into_result().is_err());
+        assert_eq!(ErrorList::new().code(), ErrorCode::Internal);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

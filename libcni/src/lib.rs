@@ -16,6 +16,7 @@ pub mod args;
 pub mod cache;
 pub mod conf;
 pub mod detached;
+pub mod device;
 pub mod error;
 pub mod go_compat;
 pub mod iface;

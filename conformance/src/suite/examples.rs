@@ -10,7 +10,9 @@
 //!   error naming that option, and DEL must leave nothing behind;
 //! - rdma-sriov needs an SR-IOV PF and RDMA devices, which test machines
 //!   lack: it runs with the plugin's test-only knobs (a fake sysfs, a
-//!   simulated PF/RDMA layer, a veth standing in for the VF netdev);
+//!   simulated PF/RDMA layer, a veth standing in for the VF netdev); the
+//!   simulated layer is in an rdma-sriov built with its `fake-hardware`
+//!   feature, as `cargo build --all-targets` and `cargo test` build it;
 //! - macvlan, ipvlan and vlan name a `master`, host-device a `device`: the
 //!   NIC of a GPU node. A veth of that name (MTU 9000, as RoCE NICs run)
 //!   stands in for it in the fake host, and DEL must give host-device's
@@ -340,9 +342,14 @@ fn one_example(
     } else {
         ""
     };
-    let added = cni
-        .add_network_list(&run_list, &rt)
-        .map_err(|e| e.to_string());
+    let added = cni.add_network_list(&run_list, &rt).map_err(|e| match &knobs {
+        // Without the feature the plugin ignores the fake knobs and finds no
+        // RDMA subsystem in this kernel.
+        Some(_) => format!(
+            "{e} (the simulated PF/RDMA layer needs an rdma-sriov built with its fake-hardware feature: `cargo build -p rdma-sriov --features fake-hardware`)"
+        ),
+        None => e.to_string(),
+    });
     report.check(
         id(&format!("ADD succeeds{how}")),
         added

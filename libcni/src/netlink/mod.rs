@@ -13,16 +13,19 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
+//! - [`rdma`]: RDMA netlink ([`rdma::RdmaSocket`]: the RDMA namespace
+//!   mode, devices, moving a device to another namespace);
 //! - [`attributes`]: tolerant reading of raw attributes from kernel replies.
 //!
-//! Plugins add their own families on the same core (rdma-sriov's
-//! `NETLINK_RDMA`) by implementing [`NetlinkFamily`].
+//! Plugins can add their own families on the same core by implementing
+//! [`NetlinkFamily`].
 
 pub mod attributes;
 pub mod conntrack;
 pub mod link_attrs;
 pub mod link_identity;
 pub mod netfilter;
+pub mod rdma;
 pub mod route;
 pub mod route_entry;
 pub mod rule;

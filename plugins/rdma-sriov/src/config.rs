@@ -24,6 +24,7 @@
 use std::path::PathBuf;
 
 use libcni::args::ArgsError;
+use libcni::device::is_pci_address;
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::plugin_conf::{ConfError, PluginConf};
 use libcni::skel::validate_interface_name;
@@ -173,23 +174,6 @@ impl Locations {
                 .unwrap_or(false),
         }
     }
-}
-
-/// `^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
-pub fn is_pci_address(s: &str) -> bool {
-    let b = s.as_bytes();
-    let hex = |range: std::ops::Range<usize>| {
-        b.get(range)
-            .is_some_and(|part| part.iter().all(u8::is_ascii_hexdigit))
-    };
-    b.len() == 12
-        && hex(0..4)
-        && b.get(4) == Some(&b':')
-        && hex(5..7)
-        && b.get(7) == Some(&b':')
-        && hex(8..10)
-        && b.get(10) == Some(&b'.')
-        && b.get(11).is_some_and(|c| (b'0'..=b'7').contains(c))
 }
 
 fn on_off(key: &str, value: &str) -> Result<bool, ConfigError> {

@@ -1,7 +1,21 @@
 //! The plugin's errors and their spec codes.
+//!
+//! - configuration problems, a `deviceID` or `pf` this node does not have
+//!   or that is no VF, a VF of another PF than `pf`: 7 (4 for `CNI_ARGS`);
+//! - a pod namespace that does not exist: 3; a path that is no namespace: 4;
+//! - a VF lock held by another run past the wait: 11;
+//! - an RDMA subsystem that cannot serve pods (missing, or shared mode not
+//!   opted into), no free VF: 50;
+//! - the IPAM plugin's own error: its code;
+//! - a teardown that failed in several steps: the first failure's code
+//!   (each kept in an [`ErrorList`]); a failed ADD whose undoing failed
+//!   too: the ADD error's code;
+//! - everything the kernel, sysfs or the state directory refused: 999,
+//!   with a message naming the operation.
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::invoke::InvokeError;
+use libcni::netlink::rdma::RdmaError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -11,10 +25,9 @@ use crate::alloc::AllocError;
 use crate::config::ConfigError;
 use crate::netdev::NetdevError;
 use crate::pf::PfError;
-use crate::rdma::RdmaError;
 use crate::state::StateError;
-use crate::sysfs::SysfsError;
 use crate::verbs::VerbsError;
+use crate::vf::VfError;
 
 /// What to do about an RDMA subsystem in shared mode; part of every error
 /// that reports it.
@@ -29,7 +42,7 @@ pub enum PluginError {
     #[error(transparent)]
     NetNs(#[from] NetNsError),
     #[error(transparent)]
-    Sysfs(#[from] SysfsError),
+    Vf(#[from] VfError),
     #[error(transparent)]
     Alloc(#[from] AllocError),
     #[error(transparent)]
@@ -89,12 +102,12 @@ pub enum PluginError {
     Check(String),
     #[error("{0}")]
     Unavailable(String),
-    #[error("cleanup incomplete: {}", .0.join("; "))]
-    Teardown(Vec<String>),
-    #[error("{error}; undoing the partial ADD also failed: {}", .problems.join("; "))]
+    #[error("cleanup incomplete: {0}")]
+    Teardown(ErrorList),
+    #[error("{error}; undoing the partial ADD also failed: {problems}")]
     RollbackFailed {
         error: Box<PluginError>,
-        problems: Vec<String>,
+        problems: ErrorList,
     },
 }
 
@@ -104,26 +117,54 @@ impl ToCniError for PluginError {
             PluginError::Config(e) => return e.to_cni_error(),
             PluginError::Conf(e) => return e.to_cni_error(),
             PluginError::Ipam(e) => return e.to_cni_error(),
-            PluginError::RollbackFailed { error, .. } => {
-                let inner = error.to_cni_error();
-                return CniError::new(inner.code, self.to_string());
-            }
+            PluginError::RollbackFailed { error, .. } => error.to_cni_error().code,
+            PluginError::Teardown(problems) => problems.code(),
+            PluginError::Rdma(e) => e.to_cni_error().code,
             PluginError::NetNs(NetNsError::NotExist { .. }) => ErrorCode::UnknownContainer,
             PluginError::NetNs(NetNsError::NotNetNs { .. }) => ErrorCode::InvalidEnvironment,
+            PluginError::NetNs(
+                NetNsError::Open { .. }
+                | NetNsError::Switch { .. }
+                | NetNsError::Thread { .. }
+                | NetNsError::SwitchBack { .. },
+            ) => ErrorCode::Internal,
             PluginError::Alloc(AllocError::LockTimeout { .. }) => ErrorCode::TryAgainLater,
-            PluginError::Rdma(RdmaError::Unavailable { .. })
-            | PluginError::SharedMode
+            PluginError::Alloc(
+                AllocError::Lock { .. }
+                | AllocError::AlreadyAllocated { .. }
+                | AllocError::Record { .. },
+            ) => ErrorCode::Internal,
+            PluginError::SharedMode
             | PluginError::NoFreeVf { .. }
             | PluginError::Unavailable(_) => ErrorCode::NotAvailable,
             // The configuration (deviceID, pf) names a device this node
             // does not have, or one that is no VF: retrying cannot help.
             PluginError::WrongPf { .. }
-            | PluginError::Sysfs(
-                SysfsError::DeviceNotFound { .. }
-                | SysfsError::NotAVf { .. }
-                | SysfsError::PfNotFound { .. },
+            | PluginError::Vf(
+                VfError::DeviceNotFound { .. }
+                | VfError::NotAVf { .. }
+                | VfError::PfNotFound { .. },
             ) => ErrorCode::InvalidNetworkConfig,
-            _ => ErrorCode::Internal,
+            PluginError::Vf(
+                VfError::PfNetdevNotFound { .. }
+                | VfError::VfIndexNotFound { .. }
+                | VfError::NoNetdevNorUserspaceDriver { .. }
+                | VfError::SeveralRdmaDevices { .. }
+                | VfError::Sysfs(_),
+            )
+            | PluginError::State(_)
+            | PluginError::Pf(_)
+            | PluginError::Verbs(_)
+            | PluginError::Netdev(_)
+            | PluginError::Netlink(_)
+            | PluginError::IpamResult(_)
+            | PluginError::IpamNoIps
+            | PluginError::RdmaMoveUnsupported { .. }
+            | PluginError::RdmaMove { .. }
+            | PluginError::NoRdmaDevice { .. }
+            | PluginError::MacNotApplied { .. }
+            | PluginError::AttachmentExists { .. }
+            | PluginError::Check(_) => ErrorCode::Internal,
         };
         CniError::new(code, self.to_string())
     }
@@ -154,7 +195,7 @@ mod tests {
         );
         assert_eq!(code(PluginError::Config(ConfigError::NoDevice)), 7);
         assert_eq!(code(PluginError::IpamNoIps), 999);
-        let missing = PluginError::Sysfs(SysfsError::DeviceNotFound {
+        let missing = PluginError::Vf(VfError::DeviceNotFound {
             pci: "0000:af:06.7".into(),
             path: PathBuf::from("/sys/bus/pci/devices/0000:af:06.7"),
         });
@@ -167,19 +208,48 @@ mod tests {
             e.msg
         );
         assert_eq!(
-            code(PluginError::Sysfs(SysfsError::NotAVf {
+            code(PluginError::Vf(VfError::NotAVf {
                 pci: "0000:01:00.0".into()
             })),
             7
         );
+        let mut problems = ErrorList::new();
+        problems.push(&CniError::new(ErrorCode::Internal, "a"));
         let wrapped = PluginError::RollbackFailed {
             error: Box::new(PluginError::SharedMode),
-            problems: vec!["a".into()],
+            problems,
         };
         let e = wrapped.to_cni_error();
         assert_eq!(e.code.as_u32(), 50);
         assert!(
             e.msg.ends_with("undoing the partial ADD also failed: a"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn teardown_keeps_each_failures_code_and_reports_the_first() {
+        let mut problems = ErrorList::new();
+        problems.push_in(
+            "c1/net1",
+            &PluginError::Alloc(AllocError::LockTimeout {
+                path: PathBuf::from("/s/locks/0000:af:00.2.lock"),
+                waited: Duration::from_secs(3),
+            }),
+        );
+        problems.push_in("IPAM DEL", &PluginError::IpamNoIps);
+        let e = PluginError::Teardown(problems).to_cni_error();
+        assert_eq!(e.code.as_u32(), 11);
+        assert!(
+            e.msg
+                .starts_with("cleanup incomplete: c1/net1: time out while waiting"),
+            "{}",
+            e.msg
+        );
+        assert!(
+            e.msg
+                .ends_with("; IPAM DEL: IPAM plugin returned missing IP config"),
             "{}",
             e.msg
         );

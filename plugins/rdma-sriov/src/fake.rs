@@ -1,6 +1,8 @@
 //! A recording stand-in for SR-IOV and RDMA hardware.
 //!
-//! **Test-only.** This machine (and CI) has no SR-IOV PF and no RDMA device,
+//! **Test-only**: compiled with the `fake-hardware` feature, which the
+//! crate's own tests turn on (its dev-dependency on itself); the binary a
+//! plain `cargo build` makes has none of it. This machine (and CI) has no SR-IOV PF and no RDMA device,
 //! so the PF-side VF settings, the RDMA netlink calls and the verbs port
 //! query are served by [`FakeBackend`] in tests. It keeps a small model of
 //! the hardware (the VFs of each PF, the RDMA devices with their namespace
@@ -26,8 +28,9 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use libcni::netlink::rdma::{RdmaDevice, RdmaError, RdmaNetnsMode, RdmaOps, RdmaPort};
+
 use crate::pf::{PfError, PfLinkOps, VfSetting, VfState};
-use crate::rdma::{RdmaDevice, RdmaError, RdmaNetnsMode, RdmaOps, RdmaPort};
 use crate::state::write_atomically;
 use crate::verbs::{PortQuery, PortState, VerbsError};
 
@@ -263,7 +266,7 @@ impl PfLinkOps for FakeBackend {
                     vf,
                 }))
         })
-        .map_err(PfError::Fake)?
+        .map_err(PfError::Backend)?
     }
 
     fn set_vf(&self, pf: &str, vf: u32, setting: &VfSetting) -> Result<(), PfError> {
@@ -273,7 +276,7 @@ impl PfLinkOps for FakeBackend {
             };
             if fake_pf.fail_settings.contains(&setting_kind(setting)) {
                 world.calls.push(format!("{pf} vf {vf} {setting} (failed)"));
-                return Ok(Err(PfError::Fake(format!(
+                return Ok(Err(PfError::Backend(format!(
                     "failed to set {setting} on VF {vf} of PF {pf:?}: EINVAL: Invalid argument (injected)"
                 ))));
             }
@@ -303,7 +306,7 @@ impl PfLinkOps for FakeBackend {
             world.calls.push(format!("{pf} vf {vf} {setting}"));
             Ok(Ok(()))
         })
-        .map_err(PfError::Fake)?
+        .map_err(PfError::Backend)?
     }
 }
 
@@ -311,7 +314,7 @@ impl RdmaOps for FakeBackend {
     fn netns_mode(&self) -> Result<RdmaNetnsMode, RdmaError> {
         let mode = self
             .with_world(|world| Ok(world.rdma.mode))
-            .map_err(RdmaError::Fake)?;
+            .map_err(RdmaError::Backend)?;
         match mode {
             FakeRdmaMode::Exclusive => Ok(RdmaNetnsMode::Exclusive),
             FakeRdmaMode::Shared => Ok(RdmaNetnsMode::Shared),
@@ -336,7 +339,7 @@ impl RdmaOps for FakeBackend {
                 .filter_map(|d| visible_from(d, mode, netns).then(|| to_device(d)))
                 .collect()))
         })
-        .map_err(RdmaError::Fake)?
+        .map_err(RdmaError::Backend)?
     }
 
     fn move_device(&self, device: &str, from: &NetNs, to: &NetNs) -> Result<(), RdmaError> {
@@ -376,7 +379,7 @@ impl RdmaOps for FakeBackend {
                 .push(format!("rdma dev set {device} netns {target}"));
             Ok(Ok(()))
         })
-        .map_err(RdmaError::Fake)?
+        .map_err(RdmaError::Backend)?
     }
 }
 
@@ -400,7 +403,7 @@ impl PortQuery for FakeBackend {
                 seen,
             }))
         })
-        .map_err(VerbsError::Fake)?
+        .map_err(VerbsError::Backend)?
     }
 }
 

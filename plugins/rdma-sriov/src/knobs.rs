@@ -9,7 +9,7 @@
 //! | `RDMA_SRIOV_SYSFS_ROOT` | sysfs root instead of `/sys` (config key `sysfsRoot` wins) |
 //! | `RDMA_SRIOV_STATE_DIR` | state directory instead of `/var/lib/cni/rdma-sriov` (config key `stateDir` wins) |
 //! | `RDMA_SRIOV_LOCK_TIMEOUT_MS` | how long to wait for a VF lock (default 60000) |
-//! | `RDMA_SRIOV_FAKE_PF_OPS` | **test only**: path of a [`crate::fake::FakeWorld`] JSON file; PF-side VF settings, RDMA netlink and the verbs port query then go to that simulated machine, and every change is recorded in its `calls`. It stands in for SR-IOV and RDMA hardware the test machine lacks. The netdev side stays real. |
+//! | `RDMA_SRIOV_FAKE_PF_OPS` | **test builds only** (the `fake-hardware` feature; the binary as shipped, built without it, does not read it): path of a `fake::FakeWorld` JSON file; PF-side VF settings, RDMA netlink and the verbs port query then go to that simulated machine, and every change is recorded in its `calls`. It stands in for SR-IOV and RDMA hardware the test machine lacks. The netdev side stays real. |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -20,6 +20,7 @@ use crate::alloc::DEFAULT_LOCK_TIMEOUT;
 pub const SYSFS_ROOT_ENV: &str = "RDMA_SRIOV_SYSFS_ROOT";
 pub const STATE_DIR_ENV: &str = "RDMA_SRIOV_STATE_DIR";
 pub const LOCK_TIMEOUT_ENV: &str = "RDMA_SRIOV_LOCK_TIMEOUT_MS";
+#[cfg(feature = "fake-hardware")]
 pub const FAKE_OPS_ENV: &str = "RDMA_SRIOV_FAKE_PF_OPS";
 
 /// The knobs' values.
@@ -28,6 +29,7 @@ pub struct Knobs {
     pub sysfs_root: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub lock_timeout: Duration,
+    #[cfg(feature = "fake-hardware")]
     pub fake_world: Option<PathBuf>,
 }
 
@@ -37,6 +39,7 @@ impl Default for Knobs {
             sysfs_root: None,
             state_dir: None,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            #[cfg(feature = "fake-hardware")]
             fake_world: None,
         }
     }
@@ -56,6 +59,7 @@ impl Knobs {
             sysfs_root: path(SYSFS_ROOT_ENV),
             state_dir: path(STATE_DIR_ENV),
             lock_timeout,
+            #[cfg(feature = "fake-hardware")]
             fake_world: path(FAKE_OPS_ENV),
         }
     }
@@ -80,6 +84,7 @@ mod tests {
         assert_eq!(knobs.sysfs_root, Some(PathBuf::from("/tmp/sys")));
         assert_eq!(knobs.state_dir, None);
         assert_eq!(knobs.lock_timeout, Duration::from_millis(250));
+        #[cfg(feature = "fake-hardware")]
         assert_eq!(knobs.fake_world, None);
         let defaults = Knobs::from_lookup(|_| None);
         assert_eq!(defaults, Knobs::default());

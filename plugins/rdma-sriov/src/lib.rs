@@ -10,34 +10,46 @@
 //! pod's netns is already gone. CHECK verifies the attachment down to the
 //! RDMA port state; GC and STATUS follow CNI 1.1.
 //!
+//! What other plugins need too lives in libcni: sysfs lookups of PCI and
+//! auxiliary-bus devices, netdevs and RDMA devices ([`libcni::device`]),
+//! and RDMA netlink ([`libcni::netlink::rdma`]: namespace mode, devices,
+//! moves, and the [`libcni::netlink::rdma::RdmaOps`] seam).
+//!
 //! Modules, one concept each:
 //! - [`config`]: the configuration keys, validated;
-//! - [`sysfs`]: VF, PF and RDMA device discovery;
+//! - [`vf`]: a VF, its PF and its RDMA device, from sysfs;
 //! - [`pf`]: PF-side VF settings ([`pf::PfLinkOps`]);
-//! - [`rdma`], [`rdma_netlink`]: RDMA netns mode, devices and moves
-//!   ([`rdma::RdmaOps`]);
 //! - [`verbs`]: RDMA port state through libibverbs ([`verbs::PortQuery`]);
 //! - [`netdev`], [`addressing`]: the VF netdev and its addresses;
 //! - [`state`], [`alloc`]: attachment records, VF locks and allocations;
-//! - [`fake`]: the test-only stand-in for the hardware, selected by the
-//!   knobs of [`knobs`];
-//! - [`plugin`]: the verbs themselves; [`error`]: errors and spec codes.
+//! - [`plugin`]: the plugin and its backends; the verbs in [`add`],
+//!   [`del`], [`check`], [`gc`] and [`status`], and what DEL, GC and a
+//!   failed ADD share in [`teardown`];
+//! - [`error`]: errors and spec codes; [`knobs`]: environment variables
+//!   for tests and debugging;
+//! - `fake` (only with the `fake-hardware` feature, which the crate's own
+//!   tests enable): the stand-in for SR-IOV and RDMA hardware.
 
+pub mod add;
 pub mod addressing;
 pub mod alloc;
+pub mod check;
 pub mod config;
+pub mod del;
 pub mod error;
+#[cfg(feature = "fake-hardware")]
 pub mod fake;
+pub mod gc;
 pub mod hwaddr;
 pub mod knobs;
 pub mod netdev;
 pub mod pf;
 pub mod plugin;
-pub mod rdma;
-pub mod rdma_netlink;
 pub mod state;
-pub mod sysfs;
+pub mod status;
+pub mod teardown;
 pub mod verbs;
+pub mod vf;
 
 pub use error::PluginError;
 pub use plugin::{Backends, RdmaSriov};

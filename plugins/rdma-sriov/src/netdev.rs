@@ -12,11 +12,11 @@ use std::io::Read;
 use std::os::fd::BorrowedFd;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use libcni::device::{BusDevice, Sysfs};
 use libcni::netlink::{LinkInfo, NetlinkError, RouteSocket};
 
 use crate::hwaddr::MacAddr;
 use crate::state::HostNetdev;
-use crate::sysfs::Sysfs;
 
 /// Prefix of temporary names, so a leftover is recognisable.
 pub const TEMP_PREFIX: &str = "rsv";
@@ -172,7 +172,7 @@ pub fn find_in_host(
     pci: &str,
     hints: &[&str],
 ) -> Result<Option<LinkInfo>, NetdevError> {
-    let mut names: Vec<String> = sysfs.netdevs_of(pci).unwrap_or_default();
+    let mut names: Vec<String> = sysfs.netdevs(&BusDevice::pci(pci)).unwrap_or_default();
     names.extend(hints.iter().map(|h| h.to_string()));
     for name in names {
         if let Some(link) = host

@@ -3,7 +3,7 @@
 //! read through `IFLA_VFINFO_LIST` and written with `RTM_SETLINK`.
 //!
 //! [`PfLinkOps`] is the seam: [`NetlinkPfOps`] talks to the kernel, and
-//! [`crate::fake::FakeBackend`] records the calls where no SR-IOV hardware
+//! the tests' `fake::FakeBackend` records the calls where no SR-IOV hardware
 //! exists.
 
 use std::fmt;
@@ -247,9 +247,10 @@ pub enum PfError {
         setting: String,
         source: NetlinkError,
     },
-    /// A failure reported by the test double (see [`crate::fake`]).
+    /// A failure of an implementation other than the kernel's (the
+    /// simulated hardware of the tests).
     #[error("{0}")]
-    Fake(String),
+    Backend(String),
 }
 
 /// PF-side operations on VFs.

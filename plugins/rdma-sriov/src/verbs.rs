@@ -3,7 +3,7 @@
 //! CHECK asks whether the pod can use its RDMA device: the device must open
 //! through the verbs library from the pod's namespace and its port must be
 //! ACTIVE. [`PortQuery`] is the seam; [`VerbsPortQuery`] is the libibverbs
-//! implementation (through `rdma-sys`), [`crate::fake::FakeBackend`] the
+//! implementation (through `rdma-sys`), the tests' `fake::FakeBackend` the
 //! stand-in.
 
 use std::ffi::CStr;
@@ -78,9 +78,10 @@ pub enum VerbsError {
     },
     #[error(transparent)]
     NetNs(#[from] NetNsError),
-    /// A failure reported by the test double (see [`crate::fake`]).
+    /// A failure of an implementation other than the kernel's (the
+    /// simulated hardware of the tests).
     #[error("{0}")]
-    Fake(String),
+    Backend(String),
 }
 
 /// Port state queries.

@@ -458,6 +458,33 @@ fn gc_releases_attachments_that_are_not_valid() {
     .assert_ok();
 }
 
+/// GC goes on past an attachment it cannot lock, and the error keeps the
+/// code of that failure (try again later), not a catch-all 999.
+#[test]
+fn gc_past_a_busy_vf_reports_try_again_later() {
+    let rig = rig_with_vf0("rs-gcbusy");
+    let pod = TestNetns::new("rs-gcbusy-pod");
+    let conf = rig.conf(json!({"deviceID": vf_pci(0)}));
+    rig.add("c1", &pod, "net1", &conf).assert_ok();
+    let held = VfLock::acquire(&rig.state, &vf_pci(0), Duration::from_secs(1)).unwrap();
+    let mut gc = rig.conf(json!({}));
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = rig.run("GC", "", "", "", &gc);
+    assert_eq!(out.error_code(), 11, "{}", out.stdout);
+    let msg = out.json()["msg"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with("cleanup incomplete: time out while waiting to acquire exclusive lock"),
+        "{msg}"
+    );
+    // Nothing of c1 was touched while another run held its VF.
+    assert!(link(&pod, "net1").is_some());
+    assert!(rig.state_of("c1", "net1").is_some());
+    drop(held);
+    rig.run("GC", "", "", "", &gc).assert_ok();
+    assert!(link(&rig.host, "vf0").is_some());
+    assert!(rig.state_of("c1", "net1").is_none());
+}
+
 #[test]
 fn status_reports_an_unusable_rdma_subsystem_as_50() {
     let rig = rig_with_vf0("rs-status");

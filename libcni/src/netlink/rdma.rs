@@ -1,30 +1,151 @@
-//! RDMA netlink (`NETLINK_RDMA`, client `RDMA_NL_NLDEV`) over a blocking
-//! socket: the subsystem's namespace mode, device and port dumps, and moving
-//! a device to another namespace.
+//! RDMA netlink (`NETLINK_RDMA`, client `RDMA_NL_NLDEV`) over the socket
+//! core: the RDMA subsystem's network-namespace mode, the devices a
+//! namespace sees with their ports, and moving a device to another
+//! namespace.
 //!
 //! No crate covers this family, so messages are built here on
 //! `netlink-packet-core`: a netlink header whose type is
 //! `RDMA_NL_NLDEV << 10 | command`, followed directly by attributes (there
 //! is no family header). Values are those of `include/uapi/rdma/rdma_netlink.h`.
 //!
-//! The socket is libcni's [`NetlinkSocket`] (sequence checks, ACKs, errors
-//! with errno and extended-ACK text, dumps redone on `NLM_F_DUMP_INTR`)
-//! with the [`RdmaNetlink`] family. An RDMA netlink socket sees the devices
-//! of the namespace it was created in (in exclusive mode), so queries about
-//! a namespace open their socket inside it through [`NetNs::run`].
+//! The socket is [`NetlinkSocket`] (sequence checks, ACKs, errors with
+//! errno and extended-ACK text, dumps redone on `NLM_F_DUMP_INTR`) with
+//! the [`RdmaNetlink`] family. An RDMA netlink socket sees the devices of
+//! the namespace it was created in (in exclusive mode), so queries about a
+//! namespace open their socket inside it through [`NetNs::run`].
+//!
+//! [`RdmaOps`] is the seam for plugins: [`NetlinkRdmaOps`] is the kernel,
+//! and a plugin's tests can put a simulated RDMA subsystem in its place.
 
+use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 
-use libcni::netlink::{NetlinkError, NetlinkFamily, NetlinkSocket};
-use libcni::netns::NetNs;
 use netlink_packet_core::{
     DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, NlaBuffer,
     NlasIterator, NLM_F_ACK, NLM_F_DUMP,
 };
 use netlink_sys::protocols::NETLINK_RDMA;
 use nix::errno::Errno;
+use serde::{Deserialize, Serialize};
 
-use crate::rdma::{RdmaDevice, RdmaError, RdmaNetnsMode, RdmaOps, RdmaPort};
+use super::{NetlinkError, NetlinkFamily, NetlinkSocket};
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::netns::{NetNs, NetNsError};
+
+/// How RDMA devices relate to network namespaces
+/// (`RDMA_NLDEV_SYS_ATTR_NETNS_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaNetnsMode {
+    /// Each device lives in one namespace and can be moved (value 0).
+    Exclusive,
+    /// Every device is visible in every namespace (value 1, the default).
+    Shared,
+}
+
+impl fmt::Display for RdmaNetnsMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RdmaNetnsMode::Exclusive => "exclusive",
+            RdmaNetnsMode::Shared => "shared",
+        })
+    }
+}
+
+/// One port of an RDMA device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RdmaPort {
+    pub index: u32,
+    /// `IB_PORT_*` (4 is ACTIVE), when reported.
+    pub state: Option<u8>,
+    /// The netdev bound to the port, reported only when it is in the
+    /// namespace the query runs in.
+    pub netdev_index: Option<u32>,
+    pub netdev_name: Option<String>,
+}
+
+/// An RDMA device as one namespace sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RdmaDevice {
+    pub index: u32,
+    pub name: String,
+    pub ports: Vec<RdmaPort>,
+}
+
+impl RdmaDevice {
+    /// Whether a port of this device is bound to the netdev `name`.
+    pub fn is_bound_to(&self, netdev: &str) -> bool {
+        self.ports
+            .iter()
+            .any(|p| p.netdev_name.as_deref() == Some(netdev))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RdmaError {
+    /// No RDMA subsystem in this kernel (ib_core not built or not loaded).
+    #[error("RDMA subsystem not available: {reason}")]
+    Unavailable { reason: String },
+    #[error("RDMA netlink {op} failed: {errno}{}", .message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Kernel {
+        op: &'static str,
+        errno: Errno,
+        message: Option<String>,
+    },
+    #[error("RDMA netlink socket: {op}: {source}")]
+    Socket {
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("cannot decode RDMA netlink reply: {0}")]
+    Decode(String),
+    #[error("cannot find RDMA link from name: {0}")]
+    DeviceNotFound(String),
+    #[error(transparent)]
+    NetNs(#[from] NetNsError),
+    /// A failure of an [`RdmaOps`] implementation other than the kernel's
+    /// (a plugin's simulated RDMA subsystem in its tests).
+    #[error("{0}")]
+    Backend(String),
+}
+
+impl ToCniError for RdmaError {
+    /// No RDMA subsystem is "not available" (50); everything else the
+    /// kernel or the namespace switch refused is internal (999).
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            RdmaError::Unavailable { .. } => ErrorCode::NotAvailable,
+            RdmaError::Kernel { .. }
+            | RdmaError::Socket { .. }
+            | RdmaError::Decode(_)
+            | RdmaError::DeviceNotFound(_)
+            | RdmaError::NetNs(_)
+            | RdmaError::Backend(_) => ErrorCode::Internal,
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+impl RdmaError {
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            RdmaError::Kernel { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+/// Operations on the RDMA subsystem.
+pub trait RdmaOps: Send + Sync {
+    /// The subsystem's namespace mode.
+    fn netns_mode(&self) -> Result<RdmaNetnsMode, RdmaError>;
+
+    /// The RDMA devices visible from `netns`, with their ports.
+    fn devices(&self, netns: &NetNs) -> Result<Vec<RdmaDevice>, RdmaError>;
+
+    /// Moves `device`, visible from `from`, into the namespace `to`.
+    fn move_device(&self, device: &str, from: &NetNs, to: &NetNs) -> Result<(), RdmaError>;
+}
 
 /// The `nldev` client of RDMA netlink.
 const RDMA_NL_NLDEV: u16 = 5;
