@@ -17,6 +17,7 @@ pub mod cache;
 pub mod conf;
 pub mod detached;
 pub mod device;
+pub mod device_info;
 pub mod error;
 pub mod go_compat;
 pub mod iface;
