@@ -54,13 +54,15 @@ run_cmd() {
 jqc() { jq -M -c "$@"; }
 
 # cni_call PLUGIN VERB NETNS IFNAME CONTAINERID CONFIG: runs a plugin (a
-# name in /usr/local/bin or a path) as a runtime does; its stdout goes to
-# $cni_out, stderr to $cni_err, exit status to $cni_status. CNI_PATH is the
-# guest's /usr/local/bin unless the caller set another.
+# name in /usr/local/bin, where run.sh puts the test's binaries, or a path)
+# as a runtime does; its stdout goes to $cni_out, stderr to $cni_err, exit
+# status to $cni_status. CNI_PATH is the guest's /usr/local/bin unless the
+# caller set another.
 cni_call() {
-    local errfile=/tmp/cni_call.stderr
+    local errfile=/tmp/cni_call.stderr plugin=$1
+    case "$plugin" in */*) ;; *) plugin=/usr/local/bin/$plugin ;; esac
     cni_out=$(printf '%s' "$6" | CNI_COMMAND="$2" CNI_NETNS="$3" CNI_IFNAME="$4" \
-        CNI_CONTAINERID="$5" CNI_PATH="${CNI_PATH:-/usr/local/bin}" "$1" 2>"$errfile")
+        CNI_CONTAINERID="$5" CNI_PATH="${CNI_PATH:-/usr/local/bin}" "$plugin" 2>"$errfile")
     cni_status=$?
     cni_err=$(cat "$errfile")
 }
