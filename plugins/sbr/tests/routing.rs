@@ -315,9 +315,7 @@ fn source_hints_keep_the_subnet_in_main() {
     call(PLUGIN, "ADD", &pod.path(), &conf).assert_ok();
     let main = pod.table("-4", "main");
     assert!(
-        main.contains(&format!(
-            "10.20.1.0/24 dev net1 scope link src {POD_B}"
-        )),
+        main.contains(&format!("10.20.1.0/24 dev net1 scope link src {POD_B}")),
         "{main}"
     );
     assert!(!main.contains(BEHIND_B), "{main}");

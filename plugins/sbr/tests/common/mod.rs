@@ -262,13 +262,14 @@ pub fn prev_result(version: &str, netns: &Path, ips: &[(&str, Option<&str>)]) ->
                 let mut config = json!({"ip": address});
                 if let Some(gateway) = gateway {
                     config["gateway"] = json!(gateway);
+                    config["routes"] = json!([{"dst": default_dst(address), "gw": gateway}]);
                 }
                 result[key] = config;
             }
             result
         }
         _ => {
-            let ips: Vec<Value> = ips
+            let configs: Vec<Value> = ips
                 .iter()
                 .map(|(address, gateway)| {
                     let mut ip = json!({"address": address, "interface": 0});
@@ -281,16 +282,31 @@ pub fn prev_result(version: &str, netns: &Path, ips: &[(&str, Option<&str>)]) ->
                     ip
                 })
                 .collect();
+            let routes: Vec<Value> = ips
+                .iter()
+                .filter_map(|(address, gateway)| {
+                    gateway.map(|gw| json!({"dst": default_dst(address), "gw": gw}))
+                })
+                .collect();
             json!({
+                "routes": routes,
                 "cniVersion": version,
                 "interfaces": [{
                     "name": "net1",
                     "mac": "02:00:00:00:0b:02",
                     "sandbox": netns.display().to_string()
                 }],
-                "ips": ips
+                "ips": configs
             })
         }
+    }
+}
+
+fn default_dst(address: &str) -> &'static str {
+    if address.contains(':') {
+        "::/0"
+    } else {
+        "0.0.0.0/0"
     }
 }
 
