@@ -472,3 +472,38 @@ fn one_call_per_interface() {
     assert!(pod.table("-4", "100").contains("default via"));
     assert_eq!(pod.table("-4", "101"), "");
 }
+
+/// Two ADDs for two interfaces of one pod at the same moment (a runtime
+/// attaching both rails in parallel) never take the same table: the
+/// namespace lock makes the table choice and its use one step.
+#[test]
+fn concurrent_calls_take_distinct_tables() {
+    for _ in 0..5 {
+        let pod = Pod::new(Layout::default());
+        let conf_b = default_conf(&pod);
+        let mut prev_a = prev_result(
+            "1.0.0",
+            &pod.path(),
+            &[(&format!("{POD_A}/24"), Some(RAIL_A))],
+        );
+        prev_a["interfaces"][0]["name"] = json!("eth0");
+        let conf_a = sbr_conf("1.0.0", Some(prev_a), json!({}));
+        let path = pod.path();
+        std::thread::scope(|scope| {
+            let a = scope.spawn(|| call_ifname(PLUGIN, "ADD", &path, "eth0", &conf_a));
+            let b = scope.spawn(|| call(PLUGIN, "ADD", &path, &conf_b));
+            for outcome in [a.join(), b.join()] {
+                outcome.expect("call thread").assert_ok();
+            }
+        });
+        let mut tables: Vec<String> = pod
+            .source_rules()
+            .iter()
+            .map(|r| r["table"].as_str().unwrap_or_default().to_string())
+            .collect();
+        tables.sort();
+        assert_eq!(tables, ["100", "101"]);
+        assert_eq!(rail_that_answers(&pod, FAR, Some(POD_A)), Some('A'));
+        assert_eq!(rail_that_answers(&pod, FAR, Some(POD_B)), Some('B'));
+    }
+}
