@@ -477,6 +477,29 @@ fn a_kernel_refusal_undoes_what_add_did() {
     assert_eq!(pod.sysctl("net/ipv4/conf/eth0/arp_notify"), "0");
     assert!(!pod.saved_file("ctr-undo").exists());
     assert_eq!(fs::read_dir(pod.data.path()).unwrap().count(), 0);
+
+    // A sysctl value the kernel refuses, after one it took (keys are
+    // applied in the order written; `json!` sorts them).
+    let conf = pod.conf(
+        "1.0.0",
+        json!({
+            "sysctl": {
+                "net.ipv4.conf.IFNAME.arp_notify": "1",
+                "net.ipv4.conf.IFNAME.rp_filter": "not-a-number"
+            },
+            "mtu": 1400
+        }),
+    );
+    let out = pod.call("ADD", "ctr-undo", &conf);
+    assert_eq!(out.error_code(), 999);
+    assert!(
+        out.json()["msg"].as_str().unwrap().contains("rp_filter"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(pod.sysctl("net/ipv4/conf/eth0/arp_notify"), "0");
+    pod.assert_original_link();
+    assert_eq!(fs::read_dir(pod.data.path()).unwrap().count(), 0);
 }
 
 #[test]
