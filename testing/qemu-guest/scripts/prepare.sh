@@ -25,8 +25,14 @@ mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
 if [ "${QEMU_GUEST_LOCKED:-}" != 1 ]; then
-    exec env QEMU_GUEST_LOCKED=1 flock -w "${QEMU_GUEST_LOCK_TIMEOUT:-1200}" -E 75 \
-        "$cache/prepare.lock" "$0" "$cache"
+    wait_s=${QEMU_GUEST_LOCK_TIMEOUT:-1200}
+    status=0
+    QEMU_GUEST_LOCKED=1 flock -w "$wait_s" -E 75 "$cache/prepare.lock" "$0" "$cache" || status=$?
+    if [ "$status" = 75 ]; then
+        printf 'prepare: error: another preparation held %s for %s s (QEMU_GUEST_LOCK_TIMEOUT)\n' \
+            "$cache/prepare.lock" "$wait_s" >&2
+    fi
+    exit "$status"
 fi
 
 # shellcheck source=initramfs-lib.sh
