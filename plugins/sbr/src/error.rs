@@ -11,6 +11,8 @@
 
 use std::net::IpAddr;
 
+use ipnetwork::IpNetwork;
+
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
@@ -34,6 +36,11 @@ pub enum SbrError {
     NoIps(String),
     #[error("none of the prevResult's IP addresses belongs to interface {0}")]
     NoIpsOnInterface(String),
+    #[error("prevResult gives {address} the gateway {} of the other IP family", .gateway.map(|g| g.to_string()).unwrap_or_default())]
+    GatewayFamily {
+        address: IpNetwork,
+        gateway: Option<IpAddr>,
+    },
     #[error("failed to open netns {path:?}: {source}")]
     NetNs {
         path: String,
@@ -106,7 +113,8 @@ impl ToCniError for SbrError {
             SbrError::Config(_)
             | SbrError::NotChained
             | SbrError::NoIps(_)
-            | SbrError::NoIpsOnInterface(_) => ErrorCode::InvalidNetworkConfig,
+            | SbrError::NoIpsOnInterface(_)
+            | SbrError::GatewayFamily { .. } => ErrorCode::InvalidNetworkConfig,
             SbrError::PrevResult(ResultError::UnsupportedVersion(_)) => {
                 ErrorCode::IncompatibleVersion
             }

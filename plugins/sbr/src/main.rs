@@ -73,6 +73,16 @@ impl Chained {
         if ips.is_empty() {
             return Err(SbrError::NoIpsOnInterface(ifname.to_string()));
         }
+        // Found here rather than by the kernel halfway through ADD.
+        if let Some(ip) = ips.iter().find(|ip| {
+            ip.gateway
+                .is_some_and(|gw| gw.is_ipv4() != ip.address.is_ipv4())
+        }) {
+            return Err(SbrError::GatewayFamily {
+                address: ip.address,
+                gateway: ip.gateway,
+            });
+        }
         Ok(ips)
     }
 }

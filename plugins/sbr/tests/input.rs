@@ -21,7 +21,7 @@ fn assert_refused(pod: &Pod, out: &PluginOutcome, code: u64, text: &str) {
 }
 
 #[test]
-fn without_a_previous_result() {
+fn without_a_usable_previous_result() {
     let pod = Pod::new(Layout::default());
     for version in ["0.2.0", "1.0.0"] {
         let out = call(
@@ -54,6 +54,18 @@ fn without_a_previous_result() {
         );
         assert_refused(&pod, &out, 6, "prevResult");
     }
+    let prev = prev_result(
+        "1.0.0",
+        &pod.path(),
+        &[(&format!("{POD_B}/24"), Some(RAIL_B6))],
+    );
+    let out = call(
+        PLUGIN,
+        "ADD",
+        &pod.path(),
+        &sbr_conf("1.0.0", Some(prev), json!({})),
+    );
+    assert_refused(&pod, &out, 7, "the gateway fd20::1 of the other IP family");
     let prev = json!({"cniVersion": "7.0.0", "ips": []});
     let out = call(
         PLUGIN,
