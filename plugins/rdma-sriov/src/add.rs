@@ -1,6 +1,8 @@
 //! ADD: the VF (named by `deviceID`, or the first free one of `pf`), its
 //! PF-side settings, its RDMA device and netdev into the pod, IPAM,
-//! addresses and routes.
+//! addresses and routes, and the device-info file the runtime asked for
+//! (`runtimeConfig.CNIDeviceInfoFile`: the VF's and its PF's PCI addresses
+//! and the RDMA device, for Multus to put in the pod's network-status).
 //!
 //! ADD writes the attachment's state before its first change and records
 //! each step as it is taken; a failure then runs the same teardown DEL
@@ -11,6 +13,7 @@ use std::os::fd::AsFd;
 use std::thread;
 use std::time::Duration;
 
+use libcni::device_info::{self, PciDeviceInfo};
 use libcni::netlink::rdma::RdmaNetnsMode;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
@@ -118,6 +121,7 @@ pub(crate) fn add(plugin: &RdmaSriov, args: &CmdArgs) -> Result<v100::Result, Pl
         netconf: args.conf.raw().clone(),
         pod_mac: None,
         addresses: Vec::new(),
+        device_info_file: None,
         complete: false,
     };
     ctx.store.save(&state)?;
@@ -330,6 +334,20 @@ fn setup(
             args.netns
         );
         pod_link = Some((pod_socket, link));
+    }
+
+    // What the pod got, for the runtime to publish; IPAM has no part in it.
+    if let Some(path) = &conf.device_info_file {
+        state.device_info_file = Some(path.clone());
+        ctx.store.save(state)?;
+        let info = PciDeviceInfo {
+            pci_address: vf.pci.clone(),
+            pf_pci_address: Some(vf.pf_pci.clone()),
+            rdma_device: state.rdma.as_ref().map(|r| r.device.clone()),
+            ..PciDeviceInfo::default()
+        };
+        device_info::write_pci(path, &info)?;
+        log::info!("device-info written to {}", path.display());
     }
 
     let mut result = v100::Result::new();

@@ -2,8 +2,10 @@
 //! the PF-side settings are still in effect, the netdev is in the pod, up,
 //! with the MAC and addresses ADD reported (the runtime's prevResult, else
 //! the record), the RDMA device is in the pod (exclusive mode) with its
-//! port ACTIVE through libibverbs, and IPAM CHECK passes.
+//! port ACTIVE through libibverbs, the device-info file ADD wrote still
+//! names the VF, and IPAM CHECK passes.
 
+use libcni::device_info;
 use libcni::netlink::{format_mac, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -123,6 +125,26 @@ pub(crate) fn check(plugin: &RdmaSriov, args: &CmdArgs) -> Result<(), PluginErro
             return Err(PluginError::Check(format!(
                 "RDMA device {} port {RDMA_PORT} is {port}, expected ACTIVE",
                 rdma.device
+            )));
+        }
+    }
+
+    if let Some(path) = &state.device_info_file {
+        let info = device_info::read(path)?;
+        let named = info
+            .as_ref()
+            .and_then(|i| i["pci"]["pci-address"].as_str())
+            .map(str::to_string);
+        if named.as_deref() != Some(state.pci.as_str()) {
+            return Err(PluginError::Check(format!(
+                "device-info file {} {}, expected PCI address {}",
+                path.display(),
+                match (&info, &named) {
+                    (None, _) => "is gone".to_string(),
+                    (Some(_), None) => "names no PCI address".to_string(),
+                    (Some(_), Some(other)) => format!("names {other}"),
+                },
+                state.pci
             )));
         }
     }

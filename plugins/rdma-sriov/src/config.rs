@@ -12,6 +12,8 @@
 //!   "guid": "00:11:22:33:44:55:66:77",     // InfiniBand VFs; also runtimeConfig.infinibandGUID
 //!   "mtu": 9000,
 //!   "allowSharedRdmaNetns": false,         // accept an RDMA subsystem in shared mode
+//!   "runtimeConfig": {"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/..."},
+//!                                          // capability CNIDeviceInfoFile: the device-info file
 //!   "ipam": { "type": "host-local", ... },
 //!   "stateDir": "/var/lib/cni/rdma-sriov", // test/debug
 //!   "sysfsRoot": "/sys"                    // test/debug
@@ -120,6 +122,8 @@ struct RawRuntimeConfig {
     mac: Option<String>,
     #[serde(rename = "infinibandGUID", default)]
     infiniband_guid: Option<String>,
+    #[serde(rename = "CNIDeviceInfoFile", default)]
+    device_info_file: Option<String>,
 }
 
 /// The validated configuration.
@@ -143,6 +147,9 @@ pub struct NetConf {
     pub allow_shared_rdma_netns: bool,
     pub state_dir: Option<PathBuf>,
     pub sysfs_root: Option<PathBuf>,
+    /// Where the runtime wants the device-info file (NPWG device-info spec),
+    /// from `runtimeConfig.CNIDeviceInfoFile`.
+    pub device_info_file: Option<PathBuf>,
 }
 
 /// The keys every verb needs, read without the checks of ADD: DEL and GC
@@ -153,6 +160,9 @@ pub struct Locations {
     pub sysfs_root: Option<PathBuf>,
     pub pf: Option<String>,
     pub allow_shared_rdma_netns: bool,
+    /// `runtimeConfig.CNIDeviceInfoFile`, for DEL to remove (absolute paths
+    /// only, as ADD accepts them).
+    pub device_info_file: Option<PathBuf>,
 }
 
 impl Locations {
@@ -172,6 +182,12 @@ impl Locations {
                 .get("allowSharedRdmaNetns")
                 .and_then(|v| v.as_bool())
                 .unwrap_or(false),
+            device_info_file: raw
+                .get("runtimeConfig")
+                .and_then(|r| r.get("CNIDeviceInfoFile"))
+                .and_then(|v| v.as_str())
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute()),
         }
     }
 }
@@ -333,6 +349,16 @@ impl NetConf {
             .or(raw.guid.filter(|s| !s.is_empty()))
             .map(|text| text.parse::<Guid>().map_err(|e| invalid(e.to_string())))
             .transpose()?;
+        let device_info_file = runtime
+            .device_info_file
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        if let Some(path) = device_info_file.as_ref().filter(|p| !p.is_absolute()) {
+            return Err(invalid(format!(
+                "runtimeConfig.CNIDeviceInfoFile {:?} invalid: must be an absolute path",
+                path.display().to_string()
+            )));
+        }
         if raw.mtu == Some(0) {
             return Err(invalid("mtu 0 invalid: leave it out to keep the VF's MTU"));
         }
@@ -354,6 +380,7 @@ impl NetConf {
             allow_shared_rdma_netns: raw.allow_shared_rdma_netns.unwrap_or(false),
             state_dir: raw.state_dir.filter(|s| !s.is_empty()).map(PathBuf::from),
             sysfs_root: raw.sysfs_root.filter(|s| !s.is_empty()).map(PathBuf::from),
+            device_info_file,
         })
     }
 
@@ -604,5 +631,33 @@ mod tests {
         assert_eq!(l.state_dir, Some(PathBuf::from("/x")));
         assert_eq!(l.pf.as_deref(), Some("p0"));
         assert!(!l.allow_shared_rdma_netns);
+        assert_eq!(l.device_info_file, None);
+        let pc = conf(json!({"runtimeConfig":{"CNIDeviceInfoFile":"/run/d/x.json"}}));
+        assert_eq!(
+            Locations::from_conf(&pc).device_info_file,
+            Some(PathBuf::from("/run/d/x.json"))
+        );
+        let pc = conf(json!({"runtimeConfig":{"CNIDeviceInfoFile":"rel/x.json"}}));
+        assert_eq!(Locations::from_conf(&pc).device_info_file, None);
+    }
+
+    #[test]
+    fn device_info_file_must_be_absolute() {
+        let c = parse(json!({"deviceID":"0000:af:06.0",
+            "runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/n-c-net1"}}))
+        .unwrap();
+        assert_eq!(
+            c.device_info_file,
+            Some(PathBuf::from(
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/n-c-net1"
+            ))
+        );
+        assert!(message(json!({"deviceID":"0000:af:06.0",
+            "runtimeConfig":{"CNIDeviceInfoFile":"devinfo.json"}}))
+        .contains("must be an absolute path"));
+        let c = parse(json!({"deviceID":"0000:af:06.0",
+            "runtimeConfig":{"CNIDeviceInfoFile":""}}))
+        .unwrap();
+        assert_eq!(c.device_info_file, None);
     }
 }

@@ -7,12 +7,14 @@
 //! - an RDMA subsystem that cannot serve pods (missing, or shared mode not
 //!   opted into), no free VF: 50;
 //! - the IPAM plugin's own error: its code;
+//! - the device-info file that cannot be written or removed: 5;
 //! - a teardown that failed in several steps: the first failure's code
 //!   (each kept in an [`ErrorList`]); a failed ADD whose undoing failed
 //!   too: the ADD error's code;
 //! - everything the kernel, sysfs or the state directory refused: 999,
 //!   with a message naming the operation.
 
+use libcni::device_info::DeviceInfoError;
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::invoke::InvokeError;
 use libcni::netlink::rdma::RdmaError;
@@ -63,6 +65,8 @@ pub enum PluginError {
     IpamResult(#[from] ResultError),
     #[error("IPAM plugin returned missing IP config")]
     IpamNoIps,
+    #[error(transparent)]
+    DeviceInfo(#[from] DeviceInfoError),
     #[error("RDMA subsystem namespace awareness mode is set to shared, expecting it to be set to exclusive: {SHARED_MODE_FIX}")]
     SharedMode,
     #[error("cannot move RDMA device {device} into the pod netns: its driver {driver} cannot change network namespace (EOPNOTSUPP: the kernel moves only devices whose driver can disassociate user contexts, such as mlx5; soft-RoCE rdma_rxe and siw cannot). Use a hardware RDMA device, or run the RDMA subsystem in shared mode with \"allowSharedRdmaNetns\": true")]
@@ -134,6 +138,7 @@ impl ToCniError for PluginError {
                 | AllocError::AlreadyAllocated { .. }
                 | AllocError::Record { .. },
             ) => ErrorCode::Internal,
+            PluginError::DeviceInfo(_) => ErrorCode::Io,
             PluginError::SharedMode
             | PluginError::NoFreeVf { .. }
             | PluginError::Unavailable(_) => ErrorCode::NotAvailable,

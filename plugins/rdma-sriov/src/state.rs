@@ -110,6 +110,9 @@ pub struct AttachmentState {
     pub pod_mac: Option<MacAddr>,
     #[serde(default)]
     pub addresses: Vec<IpNetwork>,
+    /// The device-info file ADD wrote (or updated), removed by teardown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info_file: Option<PathBuf>,
     /// ADD finished; until then the record describes a partial setup.
     #[serde(default)]
     pub complete: bool,
@@ -278,6 +281,7 @@ mod tests {
             netconf: serde_json::json!({"name":"rdma-net"}),
             pod_mac: None,
             addresses: vec!["10.1.0.2/24".parse().unwrap()],
+            device_info_file: Some(PathBuf::from("/run/devinfo/x.json")),
             complete: true,
         }
     }

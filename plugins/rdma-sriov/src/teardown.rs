@@ -7,6 +7,7 @@
 
 use std::os::fd::AsFd;
 
+use libcni::device_info;
 use libcni::error::ErrorList;
 use libcni::invoke::PluginEnv;
 use libcni::netlink::rdma::RdmaError;
@@ -67,6 +68,13 @@ pub(crate) fn teardown(
             None
         }
     };
+
+    if let Some(path) = state.device_info_file.clone() {
+        match device_info::remove(&path) {
+            Ok(()) => state.device_info_file = None,
+            Err(e) => problems.push(&PluginError::DeviceInfo(e)),
+        }
+    }
 
     if state.ipam_allocated {
         match ipam {

@@ -673,9 +673,19 @@ fn userspace_bound_vf_gets_pf_settings_but_no_netdev() {
     );
     rig.write_world(&world_with(2, original_vf(), Vec::new()));
     let pod = TestNetns::new("rs-vfio-pod");
-    let conf = rig.conf(json!({"deviceID": vf_pci(1), "mac": "02:00:00:00:77:09", "vlan": 200}));
+    let device_info = rig.dir.path().join("devinfo-vfio.json");
+    let conf = rig.conf(
+        json!({"deviceID": vf_pci(1), "mac": "02:00:00:00:77:09", "vlan": 200,
+        "runtimeConfig": {"CNIDeviceInfoFile": device_info}}),
+    );
     let out = rig.add("c1", &pod, "net1", &conf);
     out.assert_ok();
+    let written: Value = serde_json::from_slice(&std::fs::read(&device_info).unwrap()).unwrap();
+    assert_eq!(
+        written["pci"],
+        json!({"pci-address": vf_pci(1), "pf-pci-address": PF_PCI}),
+        "a VF bound to vfio-pci has no RDMA device"
+    );
     let result = out.json();
     let iface = &result["interfaces"][0];
     assert_eq!(iface["name"], "net1");
@@ -703,6 +713,7 @@ fn userspace_bound_vf_gets_pf_settings_but_no_netdev() {
         ])
     );
     assert!(!rig.lease_exists("10.77.0.2"));
+    assert!(!device_info.exists());
 }
 
 #[test]
@@ -890,6 +901,109 @@ fn bad_configurations_are_code_7_and_change_nothing() {
     assert!(link(&rig.host, "vf0").is_some());
 }
 
+/// `runtimeConfig.CNIDeviceInfoFile` (NPWG device-info spec 1.1.0): ADD
+/// writes the VF's PCI address, its PF's and its RDMA device, creating the
+/// directory; CHECK sees it; DEL removes it, and so does a failed ADD.
+#[test]
+fn device_info_file_is_written_checked_and_removed() {
+    let rig = rig_with_vf0("rs-devinfo");
+    let pod = TestNetns::new("rs-devinfo-pod");
+    let path = rig
+        .dir
+        .path()
+        .join("devinfo/cni/rdma-net-c1-net1-device.json");
+    let conf = rig.conf(json!({
+        "deviceID": vf_pci(0),
+        "runtimeConfig": {"CNIDeviceInfoFile": path},
+    }));
+    let out = rig.add("c1", &pod, "net1", &conf);
+    out.assert_ok();
+    let result = out.json();
+    assert_eq!(result["interfaces"][0]["pciID"], vf_pci(0));
+    let written: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"type": "pci", "version": "1.1.0", "pci": {
+            "pci-address": vf_pci(0),
+            "pf-pci-address": PF_PCI,
+            "rdma-device": "mlx5_0",
+        }})
+    );
+    assert_eq!(
+        rig.state_of("c1", "net1").unwrap()["deviceInfoFile"],
+        json!(path)
+    );
+
+    let mut check = conf.clone();
+    check["prevResult"] = result;
+    rig.run("CHECK", "c1", &ns_path(&pod), "net1", &check)
+        .assert_ok();
+    let mut other = written.clone();
+    other["pci"]["pci-address"] = json!("0000:af:00.3");
+    std::fs::write(&path, other.to_string()).unwrap();
+    let out = rig.run("CHECK", "c1", &ns_path(&pod), "net1", &check);
+    assert!(
+        out.stdout
+            .contains("names 0000:af:00.3, expected PCI address 0000:af:00.2"),
+        "{}",
+        out.stdout
+    );
+    std::fs::remove_file(&path).unwrap();
+    let out = rig.run("CHECK", "c1", &ns_path(&pod), "net1", &check);
+    assert!(out.stdout.contains("is gone"), "{}", out.stdout);
+
+    rig.del("c1", &ns_path(&pod), "net1", &conf).assert_ok();
+    assert!(!path.exists());
+    // A file the runtime pre-filled from the device plugin's is updated,
+    // keeping what the plugin does not know; DEL without a record (a
+    // second DEL) still removes the runtime's file.
+    std::fs::write(
+        &path,
+        json!({"type": "pci", "version": "1.1.0",
+               "pci": {"pci-address": vf_pci(0), "vhost-net": "/dev/vhost-net"}})
+        .to_string(),
+    )
+    .unwrap();
+    rig.add("c1", &pod, "net1", &conf).assert_ok();
+    let written: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(written["pci"]["vhost-net"], "/dev/vhost-net");
+    assert_eq!(written["pci"]["rdma-device"], "mlx5_0");
+    rig.del("c1", &ns_path(&pod), "net1", &conf).assert_ok();
+    assert!(!path.exists());
+    std::fs::write(&path, "{}").unwrap();
+    rig.del("c1", "", "net1", &conf).assert_ok();
+    assert!(!path.exists());
+
+    // A failed ADD takes it back with everything else: IPAM fails after
+    // the file is written.
+    let mut failing = conf.clone();
+    failing["ipam"] = json!({"type": "no-such-ipam-plugin"});
+    let out = rig.add("c1", &pod, "net1", &failing);
+    assert_eq!(out.code, 1);
+    assert!(out.stdout.contains("no-such-ipam-plugin"), "{}", out.stdout);
+    assert!(
+        !path.exists(),
+        "the device-info file of a failed ADD is gone"
+    );
+    assert!(rig.state_of("c1", "net1").is_none());
+    assert!(link(&rig.host, "vf0").is_some());
+
+    // A relative path is a configuration error, and nothing happens.
+    rig.clear_calls();
+    let relative = rig.conf(json!({
+        "deviceID": vf_pci(0),
+        "runtimeConfig": {"CNIDeviceInfoFile": "devinfo.json"},
+    }));
+    let out = rig.add("c2", &pod, "net2", &relative);
+    assert_eq!(out.error_code(), 7);
+    assert!(
+        out.stdout.contains("must be an absolute path"),
+        "{}",
+        out.stdout
+    );
+    assert!(rig.calls().is_empty());
+}
+
 /// A well-formed deviceID this node does not have (the device plugin's
 /// list is stale, or the configuration names another node's VF).
 #[test]
@@ -954,6 +1068,13 @@ fn example_conflist_runs_through_libcni_with_the_device_id_capability() {
         .with_base_env(env);
     let mut capability_args = serde_json::Map::new();
     capability_args.insert("deviceID".into(), json!(vf_pci(0)));
+    // Multus names the file after the network, the pod and the interface.
+    let device_info = rig
+        .dir
+        .path()
+        .join("devinfo/cni")
+        .join(format!("{network}-c1-net1"));
+    capability_args.insert("CNIDeviceInfoFile".into(), json!(device_info));
     let rt = RuntimeConf {
         container_id: "c1".into(),
         netns: ns_path(&pod),
@@ -972,6 +1093,10 @@ fn example_conflist_runs_through_libcni_with_the_device_id_capability() {
     let result = result.to_value();
     assert_eq!(result["interfaces"][0]["pciID"], vf_pci(0));
     assert_eq!(result["interfaces"][0]["mtu"], 9000);
+    let written: Value = serde_json::from_slice(&std::fs::read(&device_info).unwrap()).unwrap();
+    assert_eq!(written["type"], "pci");
+    assert_eq!(written["pci"]["pci-address"], vf_pci(0));
+    assert_eq!(written["pci"]["rdma-device"], "mlx5_0");
     assert_eq!(result["ips"][0]["address"], "192.168.100.2/24");
     assert_eq!(
         &rig.calls()[..4],
@@ -995,6 +1120,7 @@ fn example_conflist_runs_through_libcni_with_the_device_id_capability() {
     host.run(|| cni.del_network_list(&list, &rt))
         .unwrap()
         .unwrap();
+    assert!(!device_info.exists(), "DEL removed the device-info file");
     assert!(link(&rig.host, "vf0").is_some());
     assert_eq!(rig.read_world().pfs["pf0"].vfs[0], original_vf());
     assert!(rig
