@@ -327,8 +327,26 @@ pub fn create_in_container(
                 temp_name = Some(name);
                 break;
             }
-            // The temporary name is taken, in one namespace or the other.
-            Err(e) if e.is_exists() => continue,
+            // The temporary name is taken in the container: draw another.
+            // Otherwise the kernel refuses the link itself (a VLAN id
+            // already used on this parent, for one).
+            Err(source) if source.is_exists() => match container.link_by_name(&name) {
+                Ok(Some(_)) => continue,
+                Ok(None) => {
+                    let source = match spec.kind {
+                        SubLinkKind::Vlan { id } => source
+                            .context(format!("the parent already has a VLAN link with id {id}")),
+                        SubLinkKind::MacVlan { .. } | SubLinkKind::IpVlan { .. } => source,
+                    };
+                    return Err(SubLinkError::Create { kind, source });
+                }
+                Err(lookup) => {
+                    return Err(SubLinkError::Lookup {
+                        kind,
+                        source: lookup,
+                    })
+                }
+            },
             Err(source) if source.errno() == Some(Errno::EOPNOTSUPP) => {
                 return Err(SubLinkError::KindUnsupported {
                     kind,

@@ -1,0 +1,85 @@
+//! The vlan plugin against a kernel with 802.1Q links, which this
+//! machine's kernel lacks: the shared qemu guest (testing/qemu-guest) runs
+//! qemu/guest-tests.sh with the vlan binary and our host-local. It checks
+//! the link (kind, VLAN id, protocol, MTU, no temporary names left), the
+//! result, traffic to a peer on the same VLAN and none from another VLAN
+//! id, one VLAN id per parent, linkInContainer, CHECK, the rollback of a
+//! failed ADD and DEL (twice, without the netns). Boots qemu (about 45 s),
+//! so it runs only with CNI_QEMU=1.
+
+use std::path::{Path, PathBuf};
+
+/// Checks guest-tests.sh must report as PASS; a check the script silently
+/// skipped fails the test.
+const REQUIRED_CHECKS: &[&str] = &[
+    "setup-binaries",
+    "add-status",
+    "add-link-kind",
+    "add-link-id",
+    "add-link-protocol",
+    "add-link-up",
+    "add-result-mac",
+    "add-result-sandbox",
+    "add-result-ip",
+    "add-address-on-link",
+    "add-default-route",
+    "add-no-temp-links",
+    "traffic-tagged",
+    "check-ok",
+    "check-wrong-vlan-id",
+    "isolation-add",
+    "isolation-vlan-300",
+    "vlan-id-in-use-code",
+    "vlan-id-in-use-msg",
+    "vlan-id-in-use-nothing-left",
+    "vlan-id-in-use-no-lease",
+    "mtu-add",
+    "mtu-on-link",
+    "mtu-check",
+    "mtu-too-big-code",
+    "mtu-too-big-msg",
+    "mtu-too-big-nothing-left",
+    "mtu-too-big-no-lease",
+    "lic-add",
+    "lic-link-parent",
+    "lic-traffic",
+    "lic-check",
+    "rollback-error",
+    "rollback-no-link",
+    "rollback-no-lease",
+    "del-status",
+    "del-link-gone",
+    "del-lease-gone",
+    "del-master-stays",
+    "del-twice",
+    "del-netns-gone",
+    "del-netns-gone-link-in-container",
+    "del-all-leases-released",
+];
+
+fn guest_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("qemu/guest-tests.sh")
+}
+
+#[test]
+fn vlan_links_on_a_kernel_with_8021q() {
+    let Some(guest) = qemu_guest::QemuGuest::prepare_if_enabled(&[]) else {
+        return;
+    };
+    let host_local = conformance::testnet::bin_dir().join("host-local");
+    assert!(
+        host_local.is_file(),
+        "{} missing: run `cargo build -p host-local`",
+        host_local.display()
+    );
+    let plugin = PathBuf::from(env!("CARGO_BIN_EXE_vlan"));
+    let run = guest
+        .run(&guest_script(), &[plugin, host_local])
+        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
+    run.assert_passed(REQUIRED_CHECKS);
+}
+
+#[test]
+fn required_checks_are_unique_and_in_the_guest_script() {
+    qemu_guest::assert_checks_named_in_script(&guest_script(), REQUIRED_CHECKS);
+}
