@@ -54,6 +54,27 @@ impl NetNsError {
     pub fn left_thread_inside(&self) -> bool {
         matches!(self, NetNsError::SwitchBack { .. })
     }
+
+    /// The spec code every plugin reports this error with: the container is
+    /// gone (3), CNI_NETNS names something else than a namespace (4), or
+    /// the switch itself failed (999). One place, so that plugins agree.
+    pub fn error_code(&self) -> crate::ErrorCode {
+        use crate::ErrorCode;
+        match self {
+            NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
+            NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
+            NetNsError::Open { .. }
+            | NetNsError::Switch { .. }
+            | NetNsError::Thread { .. }
+            | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
+        }
+    }
+}
+
+impl crate::error::ToCniError for NetNsError {
+    fn to_cni_error(&self) -> crate::CniError {
+        crate::CniError::new(self.error_code(), self.to_string())
+    }
 }
 
 /// An open network namespace file.

@@ -42,16 +42,14 @@ impl ToCniError for LoopbackError {
     fn to_cni_error(&self) -> CniError {
         match self {
             LoopbackError::Conf(e) => e.to_cni_error(),
-            // The container's namespace is gone: there is nothing to clean up.
-            LoopbackError::NetNs(e @ NetNsError::NotExist { .. }) => {
-                CniError::new(ErrorCode::UnknownContainer, e.to_string())
-            }
-            // CNI_NETNS names something that is not a namespace.
-            LoopbackError::NetNs(e @ NetNsError::NotNetNs { .. }) => {
-                CniError::new(ErrorCode::InvalidEnvironment, e.to_string())
-            }
+            LoopbackError::NetNs(e) => e.to_cni_error(),
             LoopbackError::Netlink(e) => e.to_cni_error(),
-            other => CniError::new(ErrorCode::Internal, other.to_string()),
+            // The kernel's state is not what the spec promises the pod.
+            e @ (LoopbackError::NoLoopback(_)
+            | LoopbackError::Down
+            | LoopbackError::NonLoopbackAddress(_)) => {
+                CniError::new(ErrorCode::Internal, e.to_string())
+            }
         }
     }
 }
