@@ -21,6 +21,9 @@
 //! first failure is returned, and the state is kept until the device part
 //! succeeds so DEL can be run again.
 
+use std::thread;
+use std::time::{Duration, Instant};
+
 use libcni::netlink::{LinkIdentity, RouteSocket};
 use libcni::netns::{NetNs, NetNsError};
 use libcni::skel::CmdArgs;
@@ -32,6 +35,11 @@ use crate::plugin::{store, HostDevice};
 use crate::rdma;
 use crate::state::{AttachmentState, DeviceInfoChange, SavedLink, StateStore};
 use crate::transfer::{move_out_of_pod, restore_in_host, Sides};
+
+/// How long DEL waits for a physical device to come back from a deleted
+/// namespace, and how often it looks.
+const RETURN_WAIT: Duration = Duration::from_secs(5);
+const RETURN_POLL: Duration = Duration::from_millis(100);
 
 pub fn del(plugin: &HostDevice, args: &CmdArgs) -> Result<(), HostDeviceError> {
     let conf = NetConf::load_lenient(&args.conf)?;
@@ -177,7 +185,7 @@ fn return_device(
             return rdma;
         }
     }
-    restore_leftover(plugin, &mut host, conf, ifname, state)
+    restore_leftover(plugin, &mut host, conf, ifname, state, pod_ns.is_none())
 }
 
 /// What DEL knows of a device ADD recorded nothing about: the reference
@@ -191,29 +199,56 @@ fn saved_from_alias(alias: String, index: u32) -> SavedLink {
         mtu: 0,
         up: false,
         alias: None,
+        returns_to_host: false,
     }
 }
 
 /// The device is not in the pod: restores it if it is in the host still
 /// carrying its alias (returned by the kernel, or left by a DEL that
 /// stopped halfway).
+///
+/// The kernel destroys a namespace some time after its last reference
+/// goes (a work queue), so a DEL right after the runtime deleted the pod's
+/// namespace can come before a physical device is back. When the state
+/// says the device returns by itself, DEL waits for it a little, and then
+/// fails with "try again later" keeping the state: a process or mount
+/// still holding the namespace keeps the device away, and the runtime's
+/// next DEL (or GC) finishes the job.
 fn restore_leftover(
     plugin: &HostDevice,
     host: &mut RouteSocket,
     conf: &NetConf,
     ifname: &str,
     state: Option<&AttachmentState>,
+    netns_gone: bool,
 ) -> Result<(), HostDeviceError> {
-    let links = host.list_link_identities()?;
-    let found = match state.and_then(|s| s.host_link.as_ref()) {
-        Some(saved) => links
-            .iter()
-            .filter(|l| l.alias.as_deref() == Some(saved.name.as_str()))
-            // The kernel keeps the index when it can.
-            .min_by_key(|l| l.index != saved.index)
-            .map(|l| (l.index, saved.clone())),
-        None => leftover_by_selector(plugin, host, conf, &links)
-            .and_then(|l| Some((l.index, saved_from_alias(l.alias?, l.index)))),
+    let saved = state.and_then(|s| s.host_link.as_ref());
+    let deadline = Instant::now() + RETURN_WAIT;
+    let found = loop {
+        let links = host.list_link_identities()?;
+        let found = match saved {
+            Some(saved) => links
+                .iter()
+                .filter(|l| l.alias.as_deref() == Some(saved.name.as_str()))
+                // The kernel keeps the index when it can.
+                .min_by_key(|l| l.index != saved.index)
+                .map(|l| (l.index, saved.clone())),
+            None => leftover_by_selector(plugin, host, conf, &links)
+                .and_then(|l| Some((l.index, saved_from_alias(l.alias?, l.index)))),
+        };
+        let expected = netns_gone && saved.is_some_and(|s| s.returns_to_host);
+        if found.is_some() || !expected {
+            break found;
+        }
+        if Instant::now() >= deadline {
+            let name = saved.map(|s| s.name.clone()).unwrap_or_default();
+            return Err(HostDeviceError::NotBackYet {
+                ifname: ifname.to_string(),
+                name,
+                seconds: RETURN_WAIT.as_secs(),
+            });
+        }
+        thread::sleep(RETURN_POLL);
     };
     let Some((index, saved)) = found else {
         log::info!(

@@ -50,6 +50,12 @@ pub enum HostDeviceError {
     },
     #[error("failed to find original ifname for {0:?} (alias is not set, and no state of this attachment): it was not moved there by host-device")]
     NoOriginalName(String),
+    #[error("{ifname:?} ({name:?} in the host) has not come back from the container's deleted namespace after {seconds} s: something still holds that namespace; DEL again later")]
+    NotBackYet {
+        ifname: String,
+        name: String,
+        seconds: u64,
+    },
     #[error("{0}")]
     Netlink(#[from] NetlinkError),
     #[error("RDMA device {device:?} of {netdev:?}: {step}: {source}")]
@@ -155,6 +161,7 @@ impl ToCniError for HostDeviceError {
                     | RdmaError::Backend(_) => ErrorCode::Internal,
                 }
             }
+            HostDeviceError::NotBackYet { .. } => ErrorCode::TryAgainLater,
             HostDeviceError::Transfer(_)
             | HostDeviceError::Restore { .. }
             | HostDeviceError::NoOriginalName(_)

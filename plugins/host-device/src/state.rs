@@ -51,6 +51,11 @@ pub struct SavedLink {
     /// The alias it had; ADD replaces it with the host name.
     #[serde(default)]
     pub alias: Option<String>,
+    /// The kernel gives it back to the initial namespace when the pod's
+    /// namespace is destroyed (a physical device); a virtual one (veth,
+    /// macvlan) is destroyed with the namespace instead.
+    #[serde(default)]
+    pub returns_to_host: bool,
 }
 
 /// What ADD did to the device-info file, so DEL can undo it.
@@ -198,6 +203,7 @@ mod tests {
                 mtu: 9000,
                 up: true,
                 alias: None,
+                returns_to_host: true,
             }),
             pci_address: Some("0000:af:00.2".into()),
             rdma_devices: vec!["mlx5_2".into()],

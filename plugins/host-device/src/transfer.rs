@@ -57,7 +57,16 @@ pub fn saved_link(link: &LinkInfo, alias: Option<String>) -> SavedLink {
         mtu: link.mtu,
         up: link.up,
         alias,
+        returns_to_host: returns_to_host(link.kind.as_deref()),
     }
+}
+
+/// Whether the kernel moves a link of this kind back to the initial
+/// namespace when its namespace is destroyed, rather than destroying it:
+/// links without a kind (their driver has no link operations: physical
+/// NICs) and CAN devices, whose link operations ask for it.
+pub fn returns_to_host(kind: Option<&str>) -> bool {
+    matches!(kind, None | Some("can"))
 }
 
 /// Renames the (down) link to a fresh temporary name, retrying on a clash.
