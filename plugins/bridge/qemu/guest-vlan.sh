@@ -11,6 +11,8 @@
 #             through an 802.1Q link in the pod, not VLAN 200
 #   pm        vlan 100 and vlanTrunk 300: untagged traffic is VLAN 100
 #   pp        vlan 500 with preserveDefaultVlan: VLAN 1 stays on the port
+#   p6a, p6b  vlan 600, dual stack, isDefaultGateway: both gateways on
+#             cnibr0.600, default routes through them
 # Kernel state is read with `bridge -j vlan show` and `ip -j`; traffic with
 # ping between the namespaces.
 set -u
@@ -51,7 +53,11 @@ port_vlans() {
 host_veth() { jqc -r '.interfaces[1].name' <<<"$1"; }
 pod_ip() { jqc -r '.ips[0].address' <<<"$1" | cut -d/ -f1; }
 # can_ping POD ADDRESS: three tries, one second each.
-can_ping() { ip netns exec "$1" ping -c 1 -w 3 -W 1 "$2" >/dev/null 2>&1; }
+can_ping() {
+    local ping=ping
+    case "$2" in *:*) ping=ping6 ;; esac
+    ip netns exec "$1" "$ping" -c 1 -w 3 -W 1 "$2" >/dev/null 2>&1
+}
 # ping_check NAME POD ADDRESS yes|no
 ping_check() {
     local outcome=no
@@ -142,6 +148,8 @@ ip -n pt addr add 10.1.0.60/24 dev eth0.200
 ip -n pt link set eth0.200 up
 ping_check traffic-trunk-tagged-200-blocked pt "$pb1_ip" no
 ip -n pt link del eth0.200
+cni_call bridge CHECK /run/netns/pt eth0 ctr-pt "$(with_prev "$nettrunk" "$pt_result")"
+if [ "$cni_status" = 0 ]; then pass trunk-check "ok"; else fail trunk-check "$(cni_report)"; fi
 
 # --- vlan and vlanTrunk together -----------------------------------------------------
 netmix=$(conf mixed '{"vlan": 100, "vlanTrunk": [{"id": 300}]}')
@@ -163,6 +171,30 @@ check_eq preserve-port "1:untagged 500:pvid,untagged" "$(port_vlans "$(host_veth
 # too, the reference's default).
 add pq "$(conf nopreserve '{"vlan": 500}')"
 check_eq no-preserve-port "500:pvid,untagged" "$(port_vlans "$(host_veth "$cni_out")")"
+
+# --- dual stack, isDefaultGateway ---------------------------------------------------
+net600=$(jqc -n --arg br "$br" --arg dir "$ipam_dir" \
+    '{cniVersion: "1.1.0", name: "dual600", type: "bridge", bridge: $br, vlan: 600,
+      isDefaultGateway: true,
+      ipam: {type: "host-local", dataDir: $dir,
+             ranges: [[{subnet: "10.6.0.0/24"}], [{subnet: "fd00:6::/64"}]]}}')
+add p6a "$net600"
+p6a_result=$cni_out
+if [ "$cni_status" = 0 ]; then pass dual-add "$cni_out"; else fail dual-add "$(cni_report)"; fi
+check_eq dual-result-interfaces "4 $br.600" \
+    "$(jqc -r '"\(.interfaces | length) \(.interfaces[3].name)"' <<<"$p6a_result")"
+check_eq dual-gateway-addresses "10.6.0.1/24 fd00:6::1/64" \
+    "$(ip -j addr show dev "$br.600" | jqc -r '[.[0].addr_info[] | select(.scope == "global") | "\(.local)/\(.prefixlen)"] | join(" ")')"
+check_eq dual-default-routes "10.6.0.1 fd00:6::1" \
+    "$(ip -n p6a -4 -j route show default | jqc -r '.[0].gateway') $(ip -n p6a -6 -j route show default | jqc -r '.[0].gateway')"
+check_eq dual-port "600:pvid,untagged" "$(port_vlans "$(host_veth "$p6a_result")")"
+add p6b "$net600"
+p6b_result=$cni_out
+ping_check traffic-dual-gateway-v4 p6a 10.6.0.1 yes
+ping_check traffic-dual-gateway-v6 p6a fd00:6::1 yes
+ping_check traffic-dual-pods-v6 p6a "$(jqc -r '.ips[1].address' <<<"$p6b_result" | cut -d/ -f1)" yes
+cni_call bridge CHECK /run/netns/p6b eth0 ctr-p6b "$(with_prev "$net600" "$p6b_result")"
+if [ "$cni_status" = 0 ]; then pass dual-check "ok"; else fail dual-check "$(cni_report)"; fi
 
 # --- DEL ----------------------------------------------------------------------------
 del pa1 "$net100"

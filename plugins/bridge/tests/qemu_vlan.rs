@@ -5,8 +5,9 @@
 //! (`bridge -j vlan show`), the 4-interface result of a VLAN network with
 //! isGateway (`<bridge>.<vlan>`), and traffic: pods of one VLAN reach each
 //! other and the VLAN's gateway, pods of another VLAN in the same subnet do
-//! not, a trunk port carries its tagged VLANs and no others. Boots qemu
-//! (about 35 s), so it runs only with CNI_QEMU=1.
+//! not, a trunk port carries its tagged VLANs and no others; a dual-stack
+//! VLAN network with both gateways on `<bridge>.<vlan>`. Boots qemu (about
+//! 45 s), so it runs only with CNI_QEMU=1.
 
 use std::path::{Path, PathBuf};
 
@@ -44,6 +45,7 @@ const REQUIRED_CHECKS: &[&str] = &[
     "trunk-port",
     "traffic-trunk-tagged-100",
     "traffic-trunk-tagged-200-blocked",
+    "trunk-check",
     // vlan and vlanTrunk
     "mixed-add",
     "mixed-port",
@@ -52,6 +54,16 @@ const REQUIRED_CHECKS: &[&str] = &[
     "preserve-add",
     "preserve-port",
     "no-preserve-port",
+    // dual stack, isDefaultGateway
+    "dual-add",
+    "dual-result-interfaces",
+    "dual-gateway-addresses",
+    "dual-default-routes",
+    "dual-port",
+    "traffic-dual-gateway-v4",
+    "traffic-dual-gateway-v6",
+    "traffic-dual-pods-v6",
+    "dual-check",
     // DEL
     "vlan-gw-del",
     "vlan-gw-del-host-veth-gone",
