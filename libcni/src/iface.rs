@@ -322,8 +322,24 @@ fn network(net: IpNetwork) -> Option<IpNetwork> {
     IpNetwork::new(net.network(), net.prefix()).ok()
 }
 
-/// CHECK: every IP the result gives `link` is on it, and the main table
-/// has a route to its prefix.
+/// The tables CHECK looks for a result's routes in: main, and every table
+/// a policy rule sends traffic from a given source to. A meta plugin chained
+/// after the interface's plugin (sbr, or rdma-sriov's rails) moves the
+/// interface's routes into a table of their own, reached by a rule `from
+/// <address>`; the reference looks in main only, so its CHECK of such a
+/// chain always fails.
+fn routed_tables(socket: &mut RouteSocket) -> Result<Vec<u32>, IfaceError> {
+    let mut tables = vec![MAIN_TABLE];
+    for rule in socket.list_rules(None)? {
+        if rule.source.is_some() && !tables.contains(&rule.table) {
+            tables.push(rule.table);
+        }
+    }
+    Ok(tables)
+}
+
+/// CHECK: every IP the result gives `link` is on it, and there is a route
+/// to its prefix (in main, or in a table a source rule leads to).
 pub fn check_interface_ips(
     socket: &mut RouteSocket,
     link: &LinkInfo,
@@ -339,6 +355,7 @@ pub fn check_interface_ips(
         .map(|a| a.address)
         .collect();
     let routes = socket.list_routes(None)?;
+    let tables = routed_tables(socket)?;
     for ip in ips {
         if !addresses.contains(&ip.address) {
             return Err(IfaceError::AddressMissing {
@@ -347,9 +364,9 @@ pub fn check_interface_ips(
             });
         }
         let prefix = network(ip.address);
-        let routed = routes
-            .iter()
-            .any(|r| r.table == Some(MAIN_TABLE) && network(r.destination) == prefix);
+        let routed = routes.iter().any(|r| {
+            r.table.is_some_and(|t| tables.contains(&t)) && network(r.destination) == prefix
+        });
         if !routed {
             return Err(IfaceError::NoRouteToPrefix {
                 prefix: prefix.unwrap_or(ip.address),
@@ -360,21 +377,26 @@ pub fn check_interface_ips(
     Ok(())
 }
 
-/// CHECK: every route of the result is in its table (main when it names
-/// none), with its gateway when it has one; a default route matches any
-/// default route of its family, as in the reference.
+/// CHECK: every route of the result is in its table (when it names none:
+/// main, or a table a source rule leads to), with its gateway when it has
+/// one; a default route matches any default route of its family, as in
+/// the reference.
 pub fn check_routes(socket: &mut RouteSocket, wanted: &[ResultRoute]) -> Result<(), IfaceError> {
     if wanted.is_empty() {
         return Ok(());
     }
     let v4 = socket.list_routes(Some(IpFamily::V4))?;
     let v6 = socket.list_routes(Some(IpFamily::V6))?;
+    let tables = routed_tables(socket)?;
     for route in wanted {
         let table: &[Route] = if route.dst.is_ipv4() { &v4 } else { &v6 };
-        let in_table = route.table.unwrap_or(MAIN_TABLE);
+        let in_table = |t: u32| match route.table {
+            Some(named) => t == named,
+            None => tables.contains(&t),
+        };
         let default = route.dst.prefix() == 0;
         let found = table.iter().any(|r| {
-            r.table == Some(in_table)
+            r.table.is_some_and(in_table)
                 && network(r.destination) == network(route.dst)
                 && (default || route.gw.is_none() || r.gateway == route.gw)
         });
@@ -527,6 +549,69 @@ mod tests {
         result.ips.pop();
         result.ips.push(ip(Some(7), "10.1.0.2/24", None));
         assert!(interface_ips(&result, "net1").is_err());
+    }
+
+    /// What sbr leaves after the interface's plugin: the interface's routes
+    /// moved from main into a table of their own, reached by a rule from
+    /// its address. CHECK finds them there, and only through the rule.
+    #[test]
+    fn check_follows_routes_into_a_source_rule_table() {
+        in_private_netns(|| {
+            let netns = NetNs::current_thread().unwrap();
+            let mut socket = RouteSocket::open_current().unwrap();
+            socket
+                .create_veth_pair(&VethPair {
+                    name: "sr-pod",
+                    peer_name: "sr-peer",
+                    ..VethPair::default()
+                })
+                .unwrap();
+            socket.set_link_up("sr-peer").unwrap();
+            let mut result = result_for("sr-pod");
+            result.ips = vec![ip(Some(0), "10.6.0.2/24", Some("10.6.0.1"))];
+            result.routes = vec![ResultRoute::new(
+                "10.16.0.0/16".parse().unwrap(),
+                Some("10.6.0.1".parse().unwrap()),
+            )];
+            let link = configure_iface(
+                &netns,
+                &mut socket,
+                "sr-pod",
+                &result,
+                Announce { notify: false },
+            )
+            .unwrap();
+            let moved: Vec<Route> = socket
+                .list_routes(Some(IpFamily::V4))
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.table == Some(MAIN_TABLE) && r.oif == Some(link.index))
+                .collect();
+            assert_eq!(moved.len(), 2, "{moved:?}");
+            for route in &moved {
+                socket
+                    .add_route(&Route {
+                        table: Some(100),
+                        ..route.clone()
+                    })
+                    .unwrap();
+                socket.del_route(route).unwrap();
+            }
+            assert!(matches!(
+                check_interface_ips(&mut socket, &link, &result),
+                Err(IfaceError::NoRouteToPrefix { .. })
+            ));
+            assert!(check_routes(&mut socket, &result.routes).is_err());
+
+            socket
+                .add_rule(&crate::netlink::rule::RuleSpec::from_source(
+                    "10.6.0.2/32".parse().unwrap(),
+                    100,
+                ))
+                .unwrap();
+            check_interface_ips(&mut socket, &link, &result).unwrap();
+            check_routes(&mut socket, &result.routes).unwrap();
+        });
     }
 
     /// Configures a veth end from a result in a private namespace, then
