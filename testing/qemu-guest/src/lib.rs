@@ -84,9 +84,13 @@ pub struct QemuGuest {
 /// Whether guest tests run: [`ENABLE_VAR`]`=1` or one of `crate_vars` set
 /// to `1`.
 pub fn enabled(crate_vars: &[&str]) -> bool {
+    enabled_by(crate_vars, |var| std::env::var(var).ok())
+}
+
+fn enabled_by(crate_vars: &[&str], lookup: impl Fn(&str) -> Option<String>) -> bool {
     std::iter::once(ENABLE_VAR)
         .chain(crate_vars.iter().copied())
-        .any(|var| std::env::var(var).is_ok_and(|value| value == "1"))
+        .any(|var| lookup(var).is_some_and(|value| value == "1"))
 }
 
 /// `<workspace>/target/qemu-guest`, or [`CACHE_VAR`].

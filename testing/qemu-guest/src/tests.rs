@@ -64,17 +64,21 @@ fn a_run_passes_only_with_checks_no_failure_and_all_done() {
 
 #[test]
 fn enabled_by_the_general_or_a_crate_variable() {
-    // Names no other test sets; ENABLE_VAR itself is left alone so that a
-    // CNI_QEMU=1 run of this suite is not disturbed.
-    let crate_var = "QEMU_GUEST_TEST_ENABLE_A";
-    std::env::remove_var(crate_var);
-    let general = std::env::var(ENABLE_VAR).is_ok_and(|v| v == "1");
-    assert_eq!(enabled(&[crate_var]), general);
-    std::env::set_var(crate_var, "yes");
-    assert_eq!(enabled(&[crate_var]), general);
-    std::env::set_var(crate_var, "1");
-    assert!(enabled(&[crate_var]));
-    std::env::remove_var(crate_var);
+    // A map instead of the process environment, which other tests' threads
+    // read while they start processes.
+    let env = |pairs: &[(&str, &str)]| {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |var: &str| map.get(var).cloned()
+    };
+    assert!(!enabled_by(&["CRATE_QEMU"], env(&[])));
+    assert!(enabled_by(&["CRATE_QEMU"], env(&[(ENABLE_VAR, "1")])));
+    assert!(enabled_by(&["CRATE_QEMU"], env(&[("CRATE_QEMU", "1")])));
+    assert!(!enabled_by(&["CRATE_QEMU"], env(&[("CRATE_QEMU", "yes")])));
+    assert!(!enabled_by(&[], env(&[("CRATE_QEMU", "1")])));
+    assert!(!enabled_by(&["CRATE_QEMU"], env(&[(ENABLE_VAR, "0")])));
 }
 
 #[test]
