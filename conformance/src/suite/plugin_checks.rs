@@ -648,10 +648,11 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
                         let scene = setup(Scene::new("gc", &dir))?;
                         let keep = setup(scene.pod("gck"))?;
                         let stale = setup(scene.pod("gcs"))?;
-                        subject.prepare(&scene, &keep)?;
                         let conf = subject.conf(&scene, "1.1.0");
                         let mut ips = Vec::new();
                         for (cid, pod) in [("suite-gc-keep", &keep), ("suite-gc-stale", &stale)] {
+                            // host-device needs a device for each pod.
+                            subject.prepare(&scene, pod)?;
                             let r = scene
                                 .run(plugin, &scene.call("ADD", cid, &pod.path_string(), "eth0").stdin_json(&conf))?
                                 .result()?;

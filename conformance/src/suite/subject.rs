@@ -108,6 +108,8 @@ impl Subject {
                 | Subject::Macvlan
                 | Subject::Static
                 | Subject::Tuning
+                // Through its IPAM plugin, which reads them.
+                | Subject::HostDevice
         )
     }
 
@@ -179,19 +181,14 @@ impl Subject {
                 } else {
                     HOST_DEVICE
                 };
-                let peer = format!("{link}p");
-                // A veth moved into a pod dies with the pod's netns, its
-                // peer here too, but the kernel destroys them from a
-                // workqueue: give a peer left by an earlier check a
-                // bounded moment to go before the name is taken again.
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-                while !scene.has_link(&scene.host, link)?
-                    && scene.has_link(&scene.host, &peer)?
-                    && std::time::Instant::now() < deadline
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
                 if !scene.has_link(&scene.host, link)? {
+                    // The peer's name is new each time: host-device moves
+                    // the link into a pod, and the next scenario of the
+                    // same host makes another while that peer still lives.
+                    static NEXT: std::sync::atomic::AtomicU32 =
+                        std::sync::atomic::AtomicU32::new(0);
+                    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let peer = format!("suite-sp{n}");
                     ip(
                         &scene.host,
                         &["link", "add", link, "type", "veth", "peer", "name", &peer],
