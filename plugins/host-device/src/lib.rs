@@ -26,4 +26,6 @@ pub mod lookup;
 pub mod plugin;
 pub mod rdma;
 pub mod state;
+#[cfg(test)]
+mod tests;
 pub mod transfer;

@@ -41,6 +41,7 @@ pub enum StateError {
 
 /// A host link as it was before ADD.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SavedLink {
     pub name: String,
     pub index: u32,

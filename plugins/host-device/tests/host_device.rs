@@ -679,3 +679,65 @@ fn gc_returns_devices_of_attachments_no_longer_listed() {
     f.call("DEL", &second, "net2", &f.pod_path).assert_ok();
     assert!(link(&f.host, "hd1").is_some());
 }
+
+/// What the kernel does with a physical device when its pod's namespace
+/// is destroyed, simulated by hand (a veth would be destroyed instead):
+/// the device appears in the host under its pod name with its alias kept.
+/// DEL, with the namespace gone, finds it by the alias and restores it.
+#[test]
+fn a_device_returned_under_its_pod_name_is_restored() {
+    let mut f = Fixture::new("hdback");
+    let conf = f.conf(
+        "1.0.0",
+        json!({"device": DEVICE, "ipam": f.host_local_ipam()}),
+    );
+    f.add(&conf).assert_ok();
+    f.pod().ip(&["link", "set", IFNAME, "mtu", "1300"]);
+    f.pod().ip(&["link", "set", IFNAME, "netns", f.host.name()]);
+    let returned = link(&f.host, IFNAME).unwrap();
+    assert_eq!(returned["ifalias"], DEVICE);
+    f.delete_pod();
+    f.del(&conf).assert_ok();
+    let dev = link(&f.host, DEVICE).unwrap();
+    assert_eq!(dev["address"], DEVICE_MAC);
+    assert_eq!(dev["mtu"], DEVICE_MTU);
+    assert!(is_up(&dev) && dev.get("ifalias").is_none(), "{dev}");
+    assert!(link(&f.host, IFNAME).is_none());
+    assert!(f.leases().is_empty());
+    assert!(f.state_files().is_empty());
+}
+
+/// A physical device that has not come back from a deleted namespace
+/// (something still holds it) makes DEL fail with "try again later" after
+/// a bounded wait, keeping the state for the next DEL; the address is
+/// released all the same. Simulated: the state is edited to say the veth
+/// is physical, since this kernel destroys a veth with its namespace.
+#[test]
+fn a_physical_device_not_back_yet_is_try_again_later() {
+    let mut f = Fixture::new("hdlate");
+    let conf = f.conf(
+        "1.0.0",
+        json!({"device": DEVICE, "ipam": f.host_local_ipam()}),
+    );
+    f.add(&conf).assert_ok();
+    let state_path = f
+        .state_dir()
+        .join(NETWORK)
+        .join(format!("{CONTAINER_ID}@{IFNAME}.json"));
+    let mut state: Value = serde_json::from_slice(&fs::read(&state_path).unwrap()).unwrap();
+    assert_eq!(
+        state["hostLink"]["returnsToHost"], false,
+        "a veth is virtual"
+    );
+    state["hostLink"]["returnsToHost"] = json!(true);
+    fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+    f.delete_pod();
+    let out = f.del(&conf);
+    assert_eq!(out.error_code(), 11, "{}", out.stdout);
+    assert!(out.stdout.contains("has not come back"), "{}", out.stdout);
+    assert!(
+        f.state_files().len() == 1,
+        "the state must stay for the next DEL"
+    );
+    assert!(f.leases().is_empty(), "the address leaked");
+}
