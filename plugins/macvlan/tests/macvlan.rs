@@ -197,6 +197,12 @@ fn add_check_del_in_every_version() {
                 );
                 assert_eq!(result["ips"][0]["address"], "10.55.0.10/24");
                 assert_eq!(result["ips"][0]["interface"], 0);
+                let mtu = &result["interfaces"][0]["mtu"];
+                if version == "1.1.0" {
+                    assert_eq!(mtu, &link["mtu"]);
+                } else {
+                    assert!(mtu.is_null(), "{version}: {result}");
+                }
                 let has_version_field = matches!(version, "0.3.0" | "0.3.1" | "0.4.0");
                 assert_eq!(result["ips"][0].get("version").is_some(), has_version_field);
             }

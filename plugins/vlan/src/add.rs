@@ -24,6 +24,7 @@ use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
+use libcni::version::SpecVersion;
 
 use crate::config::VlanConf;
 use crate::error::{open_netns, VlanError};
@@ -117,7 +118,12 @@ impl<E: Exec> Attach<'_, E> {
         result.interfaces = vec![v100::Interface {
             name: ifname.clone(),
             mac: self.link.mac_string(),
-            mtu: self.link.mtu,
+            // `interfaces[].mtu` is new in spec 1.1.0.
+            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
+                self.link.mtu
+            } else {
+                0
+            },
             sandbox: self.args.netns.clone(),
             ..v100::Interface::default()
         }];
