@@ -22,6 +22,7 @@ pub mod error;
 pub mod go_compat;
 pub mod iface;
 pub mod invoke;
+pub mod lock;
 pub mod logging;
 pub mod netlink;
 pub mod netns;

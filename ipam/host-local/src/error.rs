@@ -25,7 +25,6 @@ use libcni::error::{CniError, ErrorCode, ToCniError};
 use crate::allocator::AllocError;
 use crate::config::ConfigError;
 use crate::lease::AttachmentError;
-use crate::lock::LockError;
 use crate::store::StoreError;
 
 /// ADD for an attachment that already holds an address of the range set.
@@ -74,8 +73,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
     match e {
         StoreError::InvalidNetworkName(_) => ErrorCode::InvalidNetworkConfig,
         StoreError::Io { .. } => ErrorCode::Io,
-        StoreError::Lock(LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
-        StoreError::Lock(_) => ErrorCode::Io,
+        StoreError::Lock(e) => e.error_code(),
     }
 }
 
@@ -114,6 +112,7 @@ impl ToCniError for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::lock::LockError;
     use std::time::Duration;
 
     #[test]
@@ -136,6 +135,7 @@ mod tests {
             (
                 StoreError::Lock(LockError::Timeout {
                     path: "/x/lock".into(),
+                    holder: "another host-local",
                     waited: Duration::from_secs(1),
                 })
                 .into(),

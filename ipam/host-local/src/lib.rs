@@ -7,7 +7,7 @@
 //! - lookups by container go through an index ([`index`]) instead of
 //!   reading every lease, so ADD and DEL cost the same with 10 leases or
 //!   10 000;
-//! - the store lock is waited for a bounded time ([`lock`]);
+//! - the store lock is waited for a bounded time ([`libcni::lock`]);
 //! - errors carry spec codes instead of 999 ([`error`]);
 //! - GC (CNI 1.1) and STATUS are implemented ([`plugin`]);
 //! - network names, container IDs and interface names are checked before
@@ -15,7 +15,7 @@
 //!
 //! Module map: [`config`] reads the configuration, [`range`] and
 //! [`range_set`] validate ranges and walk them, [`allocator`] picks an
-//! address, [`store`] / [`index`] / [`lock`] / [`lease`] keep the
+//! address, [`store`] / [`index`] / [`lease`] keep the
 //! reservations, [`dns`] reads `resolvConf`, [`plugin`] implements the
 //! verbs.
 
@@ -26,7 +26,6 @@ pub mod dns;
 pub mod error;
 pub mod index;
 pub mod lease;
-pub mod lock;
 pub mod plugin;
 pub mod range;
 pub mod range_set;

@@ -28,7 +28,7 @@ use nix::unistd::linkat;
 
 use crate::index::{Index, LAST_RESERVED_PREFIX};
 use crate::lease::{Attachment, LeaseOwner};
-use crate::lock::{LockError, StoreLock};
+use libcni::lock::{FileLock, LockError, LockWait};
 
 /// Lease files are a few dozen bytes; reading stops well past that.
 const MAX_LEASE_FILE: u64 = 4096;
@@ -144,7 +144,12 @@ impl Store {
     /// `range_sets` is the number of range sets of the configuration, for
     /// the `last_reserved_ip.<n>` files.
     pub fn lock(&self, range_sets: usize) -> Result<LockedStore<'_>, StoreError> {
-        let lock = StoreLock::acquire(&self.dir.join("lock"), self.lock_timeout)?;
+        let wait = LockWait {
+            timeout: self.lock_timeout,
+            // The reference host-local takes the same lock.
+            holder: "another host-local",
+        };
+        let lock = FileLock::acquire(&self.dir.join("lock"), wait)?;
         let mut locked = LockedStore {
             store: self,
             index: Index::open(&self.dir).ok(),
@@ -211,7 +216,7 @@ pub struct LockedStore<'a> {
     rebuilt: bool,
     stats: StoreStats,
     // Declared last: released after `Drop::drop` has written the stamp.
-    _lock: StoreLock,
+    _lock: FileLock,
 }
 
 impl Drop for LockedStore<'_> {

@@ -19,7 +19,6 @@
 pub mod config;
 pub mod iptables;
 pub mod localnet;
-pub mod lock;
 pub mod nftables;
 
 use std::collections::BTreeSet;
@@ -117,6 +116,7 @@ impl ToCniError for PortmapError {
             | PortmapError::NotChained
             | PortmapError::PrevResultMissing => ErrorCode::InvalidNetworkConfig,
             PortmapError::PrevResult(_) => ErrorCode::Decode,
+            PortmapError::Iptables(IptablesError::Lock(e)) => e.error_code(),
             PortmapError::Iptables(e) if e.is_config() => ErrorCode::InvalidNetworkConfig,
             PortmapError::Iptables(e) if e.is_try_again() => ErrorCode::TryAgainLater,
             PortmapError::Nftables(e) if e.is_config() => ErrorCode::InvalidNetworkConfig,
@@ -352,7 +352,7 @@ impl Plugin for PortmapPlugin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::LockError;
+    use libcni::lock::LockError;
     use std::path::PathBuf;
     use std::time::Duration;
 
@@ -366,6 +366,7 @@ mod tests {
             code(PortmapError::Iptables(IptablesError::Lock(
                 LockError::Timeout {
                     path: PathBuf::from("/run/cni-portmap.lock"),
+                    holder: "another portmap",
                     waited: Duration::from_secs(30),
                 }
             ))),

@@ -5,7 +5,8 @@
 //! - `CNI_IFNAME` naming no interface of the container, or `CNI_NETNS`
 //!   naming something that is not a namespace: 4; a namespace that does
 //!   not exist: 3;
-//! - another sbr holding the namespace's lock too long: 11;
+//! - another sbr holding the namespace's lock too long: 11; the lock
+//!   itself failing (a namespace file that cannot be locked): 5;
 //! - everything the kernel refused: 999, worded as the reference words it
 //!   (`Failed to add rule: ...`).
 
@@ -14,13 +15,13 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::lock::LockError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
 use libcni::types::ResultError;
 
 use crate::config::ConfigError;
-use crate::lock::LockError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SbrError {
@@ -129,8 +130,7 @@ impl ToCniError for SbrError {
                 | NetNsError::Thread { .. }
                 | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
             },
-            SbrError::Lock(LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
-            SbrError::Lock(LockError::Flock { .. }) => ErrorCode::Internal,
+            SbrError::Lock(e) => e.error_code(),
             SbrError::InterfaceNotFound { .. } => ErrorCode::InvalidEnvironment,
             SbrError::Netlink(_)
             | SbrError::ListRules(_)
@@ -209,6 +209,7 @@ mod tests {
             code(
                 LockError::Timeout {
                     path: "/x".into(),
+                    holder: "another sbr call on this container",
                     waited: std::time::Duration::from_secs(30)
                 }
                 .into()

@@ -6,74 +6,30 @@
 //! 100 free and both take it. The reference opens the path with `O_CREAT`
 //! and waits forever; here the namespace file already opened and checked
 //! is locked (a missing namespace never leaves an empty file behind), and
-//! the wait is bounded: a holder stuck for longer is reported as "try
-//! again later" (code 11).
+//! the wait is bounded ([`libcni::lock`]): a holder stuck for longer is
+//! reported as "try again later" (code 11).
 
-use std::fs::File;
-use std::path::PathBuf;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use libcni::lock::{FileLock, LockError, LockWait};
 use libcni::netns::NetNs;
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 
 /// How long a call waits for another sbr call on the same container. A
 /// call holds the lock for a few milliseconds.
-pub const LOCK_WAIT: Duration = Duration::from_secs(30);
-const FIRST_PAUSE: Duration = Duration::from_micros(500);
-const LONGEST_PAUSE: Duration = Duration::from_millis(20);
+pub const LOCK_WAIT: LockWait = LockWait {
+    timeout: Duration::from_secs(30),
+    holder: "another sbr call on this container",
+};
 
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    #[error("failed to lock netns {path:?}: {source}")]
-    Flock { path: PathBuf, source: Errno },
-    #[error("timed out after {}s waiting for the lock on netns {path:?}: another sbr call holds it", .waited.as_secs())]
-    Timeout { path: PathBuf, waited: Duration },
-}
-
-/// A held lock; dropping it unlocks (the kernel also drops it when the
-/// process exits, so a crash never leaves it taken).
-#[derive(Debug)]
-pub struct NetnsLock {
-    _flock: Flock<File>,
-}
-
-impl NetnsLock {
-    pub fn acquire(netns: &NetNs, wait: Duration) -> Result<NetnsLock, LockError> {
-        let path = netns.path().to_path_buf();
-        // A second descriptor of the same open file: the lock belongs to
-        // the open file, which the netns handle keeps open anyway.
-        let mut file = netns.file().try_clone().map_err(|e| LockError::Flock {
-            path: path.clone(),
-            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
-        let started = Instant::now();
-        let mut pause = FIRST_PAUSE;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(flock) => return Ok(NetnsLock { _flock: flock }),
-                Err((returned, Errno::EWOULDBLOCK | Errno::EINTR)) => file = returned,
-                Err((_, errno)) => {
-                    return Err(LockError::Flock {
-                        path,
-                        source: errno,
-                    })
-                }
-            }
-            let waited = started.elapsed();
-            if waited >= wait {
-                return Err(LockError::Timeout { path, waited });
-            }
-            thread::sleep(pause.min(wait - waited));
-            pause = (pause * 2).min(LONGEST_PAUSE);
-        }
-    }
+/// Locks `netns` for the rest of the call (until the lock is dropped).
+pub fn lock_netns(netns: &NetNs, wait: LockWait) -> Result<FileLock, LockError> {
+    FileLock::acquire_open(netns.file(), netns.path(), wait)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::thread;
 
     /// A second holder waits, and gives up after the bound.
     #[test]
@@ -85,16 +41,25 @@ mod tests {
         })
         .join()
         .unwrap();
-        let held = NetnsLock::acquire(&netns, LOCK_WAIT).unwrap();
+        let held = lock_netns(&netns, LOCK_WAIT).unwrap();
         // A separate open of the same file, as another process would have.
         let other = NetNs::open(format!(
             "/proc/self/fd/{}",
             std::os::fd::AsRawFd::as_raw_fd(&netns)
         ))
         .unwrap();
-        let e = NetnsLock::acquire(&other, Duration::from_millis(50)).unwrap_err();
-        assert!(matches!(e, LockError::Timeout { .. }), "{e}");
+        let short = LockWait {
+            timeout: Duration::from_millis(50),
+            ..LOCK_WAIT
+        };
+        let e = lock_netns(&other, short).unwrap_err();
+        assert!(e.is_timeout(), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with("another sbr call on this container holds it"),
+            "{e}"
+        );
         drop(held);
-        NetnsLock::acquire(&other, Duration::from_millis(50)).unwrap();
+        lock_netns(&other, short).unwrap();
     }
 }

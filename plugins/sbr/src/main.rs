@@ -48,7 +48,7 @@ use libcni::types::{v100, AnyResult};
 
 use crate::config::{interface_ips, SbrConf, StaticGateways};
 use crate::error::SbrError;
-use crate::lock::{NetnsLock, LOCK_WAIT};
+use crate::lock::{lock_netns, LOCK_WAIT};
 
 struct Sbr;
 
@@ -131,7 +131,7 @@ impl Plugin for Sbr {
         let ips = chained.interface_ips(&args.ifname)?;
         let gateways = static_gateways(&conf)?;
         let netns = open_netns(&args.netns)?;
-        let _lock = NetnsLock::acquire(&netns, LOCK_WAIT)?;
+        let _lock = lock_netns(&netns, LOCK_WAIT)?;
         let mut socket = RouteSocket::open_in(&netns)?;
         let link = find_link(&mut socket, args)?;
         add::setup(&mut socket, &link, &ips, &conf, &gateways)?;
@@ -166,7 +166,7 @@ impl Plugin for Sbr {
                 })
             }
         };
-        let _lock = NetnsLock::acquire(&netns, LOCK_WAIT)?;
+        let _lock = lock_netns(&netns, LOCK_WAIT)?;
         let mut socket = RouteSocket::open_in(&netns)?;
         let Some(link) = socket.link_by_name(&args.ifname)? else {
             log::debug!("{} is gone: nothing to do", args.ifname);

@@ -8,6 +8,13 @@
 //! The reference runs a process per check and per rule (about 24 for a
 //! DEL); here an ADD or DEL costs no process with iptables-nft, and at
 //! most two per family otherwise.
+//!
+//! The host lock: `iptables-restore --noflush` applies one change
+//! atomically, but the change is computed from an `iptables-save` taken just
+//! before; two plugins doing that at once could both add the shared jump
+//! rules. An exclusive lock on [`LOCK_PATH`] makes the read and the write
+//! one step for every portmap on the host. nftables needs no such lock: a
+//! whole ADD is one kernel batch.
 
 pub mod exec;
 mod nft;
@@ -16,11 +23,12 @@ pub mod save;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::path::Path;
 
 use ipnetwork::IpNetwork;
+use libcni::lock::{FileLock, LockError, LockWait};
 
 use crate::config::{ContainerIps, PortMapConf};
-use crate::lock::{HostLock, LockError};
 use crate::Family;
 use exec::{ExecError, Tools};
 use rules::{
@@ -29,6 +37,15 @@ use rules::{
     MARK_MASQ_CHAIN, MASQ_ENTRY_CHAIN, SET_MARK_CHAIN, TOP_LEVEL_DNAT_CHAIN,
 };
 use save::{join_args, option_value, NatTable, SaveParseError};
+
+/// The host lock's file; `/run` is per boot, like the rules it protects.
+pub const LOCK_PATH: &str = "/run/cni-portmap.lock";
+
+/// How long a call waits for another portmap before giving up (code 11).
+pub const LOCK_WAIT: LockWait = LockWait {
+    timeout: std::time::Duration::from_secs(30),
+    holder: "another portmap",
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IptablesError {
@@ -55,7 +72,7 @@ impl IptablesError {
     /// Worth retrying: the portmap or the xtables lock stayed taken.
     pub fn is_try_again(&self) -> bool {
         match self {
-            IptablesError::Lock(LockError::Timeout { .. }) => true,
+            IptablesError::Lock(e) => e.is_timeout(),
             IptablesError::Exec(e) => e.is_lock_timeout(),
             _ => false,
         }
@@ -78,7 +95,7 @@ impl IptablesError {
 /// The iptables backend, holding the host lock for its whole life.
 #[derive(Debug)]
 pub struct IptablesMapper {
-    _lock: HostLock,
+    _lock: FileLock,
     /// The IPv4 table read by [`IptablesMapper::probe`], still current
     /// because the lock is held and nothing was written since.
     probed_v4: Option<NatTable>,
@@ -101,7 +118,7 @@ impl IptablesMapper {
     /// Takes the host lock.
     pub fn open() -> Result<IptablesMapper, IptablesError> {
         Ok(IptablesMapper {
-            _lock: HostLock::acquire_default()?,
+            _lock: FileLock::acquire(Path::new(LOCK_PATH), LOCK_WAIT)?,
             probed_v4: None,
             netlink: [uses_netlink(Family::V4), uses_netlink(Family::V6)],
         })
