@@ -24,6 +24,9 @@
 //! source hint, and only the other routes go (failures there are only
 //! logged, as in the reference).
 //!
+//! Steps 1 to 4 are [`libcni::source_routing`]'s, which rdma-sriov's
+//! rails use too.
+//!
 //! With `table`, ADD only adds the rules into that table: the operator
 //! fills it.
 //!
@@ -31,85 +34,16 @@
 //! first, if a later step fails, so a failed ADD leaves the container's
 //! routing as it found it.
 
-use std::net::IpAddr;
-
-use ipnetwork::IpNetwork;
 use libcni::netlink::route_entry::SCOPE_LINK;
-use libcni::netlink::rule::{RT_TABLE_MAIN, RT_TABLE_UNSPEC};
-use libcni::netlink::{LinkInfo, RouteEntry, RouteSocket, Rule, RuleSpec};
+use libcni::netlink::{LinkInfo, RouteEntry, RouteSocket, RuleSpec};
+use libcni::source_routing::{
+    first_free_table, host_network, main_routes_of, route_through_table, Rollback, SourceRoute,
+    SourceRoutingError, Undo, FIRST_TABLE,
+};
 use libcni::types::v100;
 
 use crate::config::{SbrConf, StaticGateways};
 use crate::error::SbrError;
-
-/// The first table id the reference hands out.
-pub const FIRST_TABLE: u32 = 100;
-
-/// One change of ADD to take back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Undo {
-    /// A rule as the kernel echoed it.
-    DeleteRule(Rule),
-    /// A rule the kernel did not echo: deleted by its selectors.
-    DeleteRuleMatching(RuleSpec),
-    /// Every route of a table that was empty when ADD took it.
-    ClearTable(u32),
-    /// A main-table route ADD deleted.
-    RestoreRoute(RouteEntry),
-}
-
-/// The changes made so far, to take back on failure.
-#[derive(Debug, Default)]
-pub struct Rollback {
-    steps: Vec<Undo>,
-}
-
-impl Rollback {
-    pub fn push(&mut self, step: Undo) {
-        self.steps.push(step);
-    }
-
-    /// Runs every step, last first, going on after failures; returns what
-    /// failed, described.
-    pub fn unwind(self, socket: &mut RouteSocket) -> Vec<String> {
-        let mut failures = Vec::new();
-        for step in self.steps.into_iter().rev() {
-            let outcome = match &step {
-                Undo::DeleteRule(rule) => socket.del_rule(rule),
-                Undo::DeleteRuleMatching(spec) => socket.del_rule_matching(spec),
-                Undo::ClearTable(table) => clear_table(socket, *table, None),
-                Undo::RestoreRoute(route) => socket.add_route_entry(route),
-            };
-            match outcome {
-                Ok(()) => log::debug!("undone: {step:?}"),
-                // Already gone, or already back: nothing left to undo.
-                Err(e) if e.is_not_found() || e.is_exists() => {}
-                Err(e) => failures.push(e.to_string()),
-            }
-        }
-        failures
-    }
-}
-
-/// Deletes the routes of `table`, or only those through `oif`.
-pub fn clear_table(
-    socket: &mut RouteSocket,
-    table: u32,
-    oif: Option<u32>,
-) -> Result<(), libcni::netlink::NetlinkError> {
-    let routes = socket.list_route_entries(None)?;
-    for route in routes
-        .iter()
-        .filter(|r| r.table == table && oif.is_none_or(|oif| r.oif == Some(oif)))
-    {
-        match socket.delete_route_entry(route) {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
 
 /// Sets up source-based routing for `ips` on `link`, undoing its own
 /// changes if a step fails.
@@ -163,47 +97,21 @@ fn route_per_address(
     gateways: &StaticGateways,
     rollback: &mut Rollback,
 ) -> Result<(), SbrError> {
-    let rules = socket.list_rules(None).map_err(SbrError::ListRules)?;
+    let rules = socket
+        .list_rules(None)
+        .map_err(SourceRoutingError::ListRules)?;
     let routes = socket
         .list_route_entries(None)
-        .map_err(SbrError::ListRoutes)?;
-    // The interface's own routes of the main table (cached exceptions are
-    // not listed).
-    let link_routes: Vec<&RouteEntry> = routes
-        .iter()
-        .filter(|r| r.table == RT_TABLE_MAIN && r.oif == Some(link.index))
-        .collect();
+        .map_err(SourceRoutingError::ListRoutes)?;
+    let link_routes = main_routes_of(&routes, link.index);
 
     let mut table = first_free_table(FIRST_TABLE, &rules, &routes)?;
     for ip in ips {
-        let address = ip.address.ip();
-        log::debug!("routing from {address} through table {table}");
-        let spec = RuleSpec::from_source(host_network(address), table);
-        let added = socket.add_rule(&spec).map_err(SbrError::AddRule)?;
-        rollback.push(added.map_or(Undo::DeleteRuleMatching(spec), Undo::DeleteRule));
-        // The table was empty: whatever is in it from here on is ours.
-        rollback.push(Undo::ClearTable(table));
-
-        if let Some(gateway) = gateways.for_ip(ip) {
-            let mut default = RouteEntry::new(default_network(address));
-            default.gateway = Some(gateway);
-            default.oif = Some(link.index);
-            default.table = table;
-            socket
-                .add_route_entry(&default)
-                .map_err(|source| SbrError::AddDefaultRoute { gateway, source })?;
-        }
-
-        for route in link_routes
-            .iter()
-            .filter(|r| belongs_to_address(r, &ip.address))
-        {
-            log::debug!("copying route {} to table {table}", route.describe());
-            socket
-                .replace_route_entry(&route.in_table(table))
-                .map_err(SbrError::CopyRoute)?;
-        }
-
+        let route = SourceRoute {
+            address: ip.address,
+            gateway: gateways.for_ip(ip),
+        };
+        route_through_table(socket, link.index, &route, table, &link_routes, rollback)?;
         table = first_free_table(table.saturating_add(1), &rules, &routes)?;
     }
 
@@ -249,125 +157,5 @@ fn keep_subnet_routes_with_hints(
         if let Err(e) = socket.delete_route_entry(route) {
             log::warn!("failed to delete route {}: {e}", route.describe());
         }
-    }
-}
-
-/// Whether a main-table route of the interface goes with `address` into
-/// its table: its preferred source or gateway is in the address's subnet,
-/// or it has neither (a route of the link itself).
-pub fn belongs_to_address(route: &RouteEntry, address: &IpNetwork) -> bool {
-    match (route.preferred_source, route.gateway) {
-        (None, None) => true,
-        (source, gateway) => [source, gateway]
-            .into_iter()
-            .flatten()
-            .any(|ip| address.contains(ip)),
-    }
-}
-
-/// The first id from `from` on that no rule looks up and no route is in.
-/// The reference looks at rules and main-table routes only; a table that
-/// holds routes but no rule (left by someone else) is skipped here too, so
-/// ADD never mixes its routes with foreign ones.
-pub fn first_free_table(from: u32, rules: &[Rule], routes: &[RouteEntry]) -> Result<u32, SbrError> {
-    let used = |table: u32| {
-        table == RT_TABLE_UNSPEC
-            || rules.iter().any(|r| r.table == table)
-            || routes.iter().any(|r| r.table == table)
-    };
-    (from..=u32::MAX)
-        .find(|table| !used(*table))
-        .ok_or(SbrError::NoFreeTable(from))
-}
-
-/// The address alone: `/32` or `/128`.
-pub fn host_network(ip: IpAddr) -> IpNetwork {
-    let prefix = if ip.is_ipv4() { 32 } else { 128 };
-    // A full-length prefix is valid for either family.
-    IpNetwork::new(ip, prefix).unwrap_or_else(|_| IpNetwork::from(ip))
-}
-
-/// `0.0.0.0/0` or `::/0`, in the family of `ip`.
-pub fn default_network(ip: IpAddr) -> IpNetwork {
-    let unspecified = match ip {
-        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-    };
-    IpNetwork::new(unspecified, 0).unwrap_or_else(|_| IpNetwork::from(unspecified))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn route(dst: &str, source: Option<&str>, gateway: Option<&str>) -> RouteEntry {
-        let mut r = RouteEntry::new(dst.parse().unwrap());
-        r.preferred_source = source.map(|s| s.parse().unwrap());
-        r.gateway = gateway.map(|s| s.parse().unwrap());
-        r
-    }
-
-    #[test]
-    fn routes_go_with_the_address_of_their_subnet() {
-        let address: IpNetwork = "192.168.1.209/24".parse().unwrap();
-        assert!(belongs_to_address(
-            &route("192.168.1.0/24", Some("192.168.1.209"), None),
-            &address
-        ));
-        assert!(belongs_to_address(
-            &route("192.168.2.0/24", None, Some("192.168.1.2")),
-            &address
-        ));
-        assert!(belongs_to_address(
-            &route("fe80::/64", None, None),
-            &address
-        ));
-        assert!(!belongs_to_address(
-            &route("10.2.0.0/24", None, Some("10.0.0.5")),
-            &address
-        ));
-        assert!(!belongs_to_address(
-            &route("192.168.101.0/24", Some("192.168.101.209"), None),
-            &address
-        ));
-    }
-
-    #[test]
-    fn table_ids_skip_rules_and_routes() {
-        let in_table = |table| {
-            let mut r = route("10.0.0.0/8", None, None);
-            r.table = table;
-            r
-        };
-        let routes = vec![in_table(101), in_table(RT_TABLE_MAIN)];
-        assert_eq!(first_free_table(100, &[], &routes).unwrap(), 100);
-        assert_eq!(first_free_table(101, &[], &routes).unwrap(), 102);
-        let routes = vec![in_table(100), in_table(101)];
-        assert_eq!(first_free_table(100, &[], &routes).unwrap(), 102);
-        assert_eq!(first_free_table(0, &[], &[]).unwrap(), 1);
-        assert!(matches!(
-            first_free_table(u32::MAX, &[], &[in_table(u32::MAX)]),
-            Err(SbrError::NoFreeTable(_))
-        ));
-    }
-
-    #[test]
-    fn host_and_default_networks() {
-        assert_eq!(
-            host_network("10.0.0.2".parse().unwrap()).to_string(),
-            "10.0.0.2/32"
-        );
-        assert_eq!(
-            host_network("fd00::2".parse().unwrap()).to_string(),
-            "fd00::2/128"
-        );
-        assert_eq!(
-            default_network("10.0.0.2".parse().unwrap()).to_string(),
-            "0.0.0.0/0"
-        );
-        assert_eq!(
-            default_network("fd00::2".parse().unwrap()).to_string(),
-            "::/0"
-        );
     }
 }

@@ -7,11 +7,12 @@
 //! interface; with `addSourceHints`, the main table also routes the
 //! address's subnet out of the interface with the address as source hint.
 
-use libcni::netlink::rule::{RT_TABLE_DEFAULT, RT_TABLE_LOCAL, RT_TABLE_MAIN, RT_TABLE_UNSPEC};
-use libcni::netlink::{LinkInfo, RouteEntry, RouteSocket, Rule};
+use libcni::netlink::rule::RT_TABLE_MAIN;
+use libcni::netlink::{LinkInfo, RouteEntry, RouteSocket};
+use libcni::source_routing::SourceRoutingError;
+use libcni::source_routing::{host_network, rule_tables, verify as verify_source, SourceRoute};
 use libcni::types::v100;
 
-use crate::add::host_network;
 use crate::config::{SbrConf, StaticGateways};
 use crate::error::SbrError;
 
@@ -22,62 +23,29 @@ pub fn verify(
     conf: &SbrConf,
     gateways: &StaticGateways,
 ) -> Result<(), SbrError> {
-    let rules = socket.list_rules(None).map_err(SbrError::ListRules)?;
+    let rules = socket
+        .list_rules(None)
+        .map_err(SourceRoutingError::ListRules)?;
     let routes = socket
         .list_route_entries(None)
-        .map_err(SbrError::ListRoutes)?;
+        .map_err(SourceRoutingError::ListRoutes)?;
     for ip in ips {
         let address = ip.address.ip();
-        let source = host_network(address);
-        let from_address: Vec<&Rule> = rules.iter().filter(|r| r.source == Some(source)).collect();
         if let Some(table) = conf.table {
-            if !from_address.iter().any(|r| r.table == table) {
+            // The operator's table: only the rule is ADD's.
+            if !rule_tables(&rules, address).contains(&table) {
                 return Err(SbrError::Check(format!(
-                    "no rule from {source} lookup {table} in the container"
+                    "no rule from {} lookup {table} in the container",
+                    host_network(address)
                 )));
             }
             continue;
         }
-        let own_tables: Vec<u32> = from_address
-            .iter()
-            .map(|r| r.table)
-            .filter(|t| {
-                ![
-                    RT_TABLE_UNSPEC,
-                    RT_TABLE_DEFAULT,
-                    RT_TABLE_MAIN,
-                    RT_TABLE_LOCAL,
-                ]
-                .contains(t)
-            })
-            .collect();
-        if own_tables.is_empty() {
-            return Err(SbrError::Check(format!(
-                "no rule from {source} to a routing table of its own in the container"
-            )));
-        }
-        if let Some(gateway) = gateways.for_ip(ip) {
-            let routes_by_default = |table: u32| {
-                routes.iter().any(|r| {
-                    r.table == table
-                        && r.destination.prefix() == 0
-                        && r.destination.is_ipv4() == address.is_ipv4()
-                        && r.gateway == Some(gateway)
-                        && r.oif == Some(link.index)
-                })
-            };
-            if !own_tables.iter().any(|t| routes_by_default(*t)) {
-                return Err(SbrError::Check(format!(
-                    "table {} of {source} has no default route via {gateway} dev {}",
-                    own_tables
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    link.name
-                )));
-            }
-        }
+        let route = SourceRoute {
+            address: ip.address,
+            gateway: gateways.for_ip(ip),
+        };
+        verify_source(&rules, &routes, link, &route, None).map_err(SbrError::Check)?;
         if conf.add_source_hints && !has_source_hint(&routes, link, ip) {
             return Err(SbrError::Check(format!(
                 "no route to {} dev {} src {address} in the main table",

@@ -19,6 +19,7 @@ use libcni::lock::LockError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
+use libcni::source_routing::SourceRoutingError;
 use libcni::types::ResultError;
 
 use crate::config::ConfigError;
@@ -54,35 +55,15 @@ pub enum SbrError {
     InterfaceNotFound { ifname: String, netns: String },
     #[error("netlink: {0}")]
     Netlink(#[from] NetlinkError),
-    #[error("Failed to list all rules: {0}")]
-    ListRules(#[source] NetlinkError),
-    #[error("Failed to list all routes: {0}")]
-    ListRoutes(#[source] NetlinkError),
-    #[error("no free routing table from {0} on")]
-    NoFreeTable(u32),
-    #[error("Failed to add rule: {0}")]
-    AddRule(#[source] NetlinkError),
+    /// The rules and tables, shared with rdma-sriov's rails; worded as
+    /// the reference words them.
+    #[error(transparent)]
+    Routing(#[from] SourceRoutingError),
     /// The reference words the rule error of `table` mode in lower case.
     #[error("failed to add rule: {0}")]
     AddRuleToTable(#[source] NetlinkError),
-    #[error("Failed to add default route to {gateway}: {source}")]
-    AddDefaultRoute {
-        gateway: IpAddr,
-        #[source]
-        source: NetlinkError,
-    },
-    #[error("Failed to readd route: {0}")]
-    CopyRoute(#[source] NetlinkError),
     #[error("Failed to delete route: {0}")]
     DeleteRoute(#[source] NetlinkError),
-    #[error("Failed to delete rule {0}")]
-    DeleteRule(#[source] NetlinkError),
-    #[error("failed to clear table {table}: {source}")]
-    ClearTable {
-        table: u32,
-        #[source]
-        source: NetlinkError,
-    },
     /// ADD failed and taking back its partial work failed too.
     #[error("{cause}; undoing the partial ADD also failed: {}", .undo_failures.join("; "))]
     UndoFailed {
@@ -122,27 +103,13 @@ impl ToCniError for SbrError {
             SbrError::PrevResult(
                 ResultError::Decode(_) | ResultError::NotAnObject | ResultError::NoValidIps,
             ) => ErrorCode::Decode,
-            SbrError::NetNs { source, .. } => match source {
-                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                NetNsError::Open { .. }
-                | NetNsError::Switch { .. }
-                | NetNsError::Thread { .. }
-                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-            },
+            SbrError::NetNs { source, .. } => source.error_code(),
             SbrError::Lock(e) => e.error_code(),
             SbrError::InterfaceNotFound { .. } => ErrorCode::InvalidEnvironment,
+            SbrError::Routing(e) => e.to_cni_error().code,
             SbrError::Netlink(_)
-            | SbrError::ListRules(_)
-            | SbrError::ListRoutes(_)
-            | SbrError::NoFreeTable(_)
-            | SbrError::AddRule(_)
             | SbrError::AddRuleToTable(_)
-            | SbrError::AddDefaultRoute { .. }
-            | SbrError::CopyRoute(_)
             | SbrError::DeleteRoute(_)
-            | SbrError::DeleteRule(_)
-            | SbrError::ClearTable { .. }
             | SbrError::Check(_) => ErrorCode::Internal,
             // The failure that started it decides the code.
             SbrError::UndoFailed { cause, .. } => cause.to_cni_error().code,
@@ -216,7 +183,10 @@ mod tests {
             ),
             11
         );
-        assert_eq!(code(SbrError::AddRule(kernel(Errno::EEXIST))), 999);
+        assert_eq!(
+            code(SourceRoutingError::AddRule(kernel(Errno::EEXIST)).into()),
+            999
+        );
         let undo = SbrError::UndoFailed {
             cause: Box::new(SbrError::NoIps("net1".into())),
             undo_failures: vec!["x".into()],
@@ -227,20 +197,20 @@ mod tests {
     #[test]
     fn messages_follow_the_reference() {
         assert_eq!(
-            SbrError::AddRule(kernel(Errno::EEXIST)).to_string(),
+            SbrError::from(SourceRoutingError::AddRule(kernel(Errno::EEXIST))).to_string(),
             "Failed to add rule: EEXIST: File exists"
         );
         assert_eq!(
-            SbrError::AddDefaultRoute {
+            SbrError::from(SourceRoutingError::AddDefaultRoute {
                 gateway: "192.168.1.1".parse().unwrap(),
                 source: kernel(Errno::ENETUNREACH)
-            }
+            })
             .to_string(),
             "Failed to add default route to 192.168.1.1: ENETUNREACH: Network is unreachable"
         );
         let several = SbrError::Several(vec![
-            SbrError::DeleteRule(kernel(Errno::EPERM)),
-            SbrError::DeleteRule(kernel(Errno::EBUSY)),
+            SourceRoutingError::DeleteRule(kernel(Errno::EPERM)).into(),
+            SourceRoutingError::DeleteRule(kernel(Errno::EBUSY)).into(),
         ]);
         assert_eq!(
             several.to_string(),
