@@ -188,7 +188,18 @@ impl ToCniError for InvokeError {
             InvokeError::ResultJson(_) | InvokeError::Result(_) | InvokeError::VersionInfo(_) => {
                 CniError::new(ErrorCode::Decode, self.to_string())
             }
-            _ => CniError::new(ErrorCode::Internal, self.to_string()),
+            InvokeError::NoPluginName
+            | InvokeError::InvalidPluginName(_)
+            | InvokeError::NoPaths
+            | InvokeError::PluginNotFound { .. }
+            | InvokeError::Spawn { .. }
+            | InvokeError::Io { .. }
+            | InvokeError::Timeout { .. }
+            | InvokeError::NoErrorMessage { .. }
+            | InvokeError::FailedWithStderr { .. }
+            | InvokeError::UnparsableDiagnostic { .. } => {
+                CniError::new(ErrorCode::Internal, self.to_string())
+            }
         }
     }
 }

@@ -92,7 +92,15 @@ impl ToCniError for ConfigError {
             // The spec's code for a value the plugin does not support; the
             // message names the key and the value.
             ConfigError::UnknownMasqBackend(_) => ErrorCode::UnsupportedField,
-            _ => ErrorCode::InvalidNetworkConfig,
+            ConfigError::WrongType { .. }
+            | ConfigError::InvalidVlan(_)
+            | ConfigError::Trunk(_)
+            | ConfigError::InvalidMtu(_)
+            | ConfigError::InvalidBridgeName { .. }
+            | ConfigError::VlanGatewayNameTooLong(_)
+            | ConfigError::InvalidMac { .. }
+            | ConfigError::HairpinWithPromisc
+            | ConfigError::IpamWithoutContainerInterface => ErrorCode::InvalidNetworkConfig,
         };
         CniError::new(code, self.to_string())
     }

@@ -126,13 +126,12 @@ impl ToCniError for BridgeError {
                 )
             }
             BridgeError::NetNs { source, .. } => {
-                let code = match source {
-                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                    _ => ErrorCode::Internal,
-                };
-                CniError::new(code, self.to_string())
+                CniError::new(source.error_code(), self.to_string())
             }
+            // Each keeps the code its own type gives it.
+            BridgeError::Netlink(e) => e.to_cni_error(),
+            BridgeError::Sysctl(e) => e.to_cni_error(),
+            BridgeError::Vlan(e) => e.to_cni_error(),
             // The delegate's own error object, code and all, when it
             // printed one.
             BridgeError::Ipam { source, .. } => match source.plugin_error() {
@@ -147,7 +146,21 @@ impl ToCniError for BridgeError {
                     .unwrap_or(ErrorCode::Internal);
                 CniError::new(code, self.to_string())
             }
-            _ => CniError::new(ErrorCode::Internal, self.to_string()),
+            // The host or the IPAM plugin in a state ADD cannot work with,
+            // CHECK's findings, and the test-only injected failure: 999, as
+            // the reference reports them.
+            BridgeError::NotABridge(_)
+            | BridgeError::ContainerInterfaceExists { .. }
+            | BridgeError::VethNamesExhausted(_)
+            | BridgeError::Random(_)
+            | BridgeError::IpamNoIps
+            | BridgeError::AddressConflict(..)
+            | BridgeError::PortNotUp(_)
+            | BridgeError::DadFailed { .. }
+            | BridgeError::DadTimeout { .. }
+            | BridgeError::Check(_)
+            | BridgeError::Injected(_)
+            | BridgeError::WorkerLost(_) => CniError::new(ErrorCode::Internal, self.to_string()),
         }
     }
 }

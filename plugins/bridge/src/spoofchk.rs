@@ -56,7 +56,7 @@ impl libcni::error::ToCniError for SpoofCheckError {
             SpoofCheckError::InvalidMac(_) | SpoofCheckError::InvalidInterface(_) => {
                 libcni::ErrorCode::InvalidNetworkConfig
             }
-            _ => libcni::ErrorCode::Internal,
+            SpoofCheckError::Setup(_) | SpoofCheckError::Teardown(_) => libcni::ErrorCode::Internal,
         };
         libcni::CniError::new(code, self.to_string())
     }

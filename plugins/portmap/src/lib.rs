@@ -116,15 +116,10 @@ impl ToCniError for PortmapError {
             | PortmapError::NotChained
             | PortmapError::PrevResultMissing => ErrorCode::InvalidNetworkConfig,
             PortmapError::PrevResult(_) => ErrorCode::Decode,
-            PortmapError::Iptables(IptablesError::Lock(e)) => e.error_code(),
-            PortmapError::Iptables(e) if e.is_config() => ErrorCode::InvalidNetworkConfig,
-            PortmapError::Iptables(e) if e.is_try_again() => ErrorCode::TryAgainLater,
-            PortmapError::Nftables(e) if e.is_config() => ErrorCode::InvalidNetworkConfig,
+            PortmapError::Iptables(e) => e.error_code(),
+            PortmapError::Nftables(e) => e.error_code(),
             PortmapError::Unavailable(_) => ErrorCode::NotAvailable,
-            PortmapError::Iptables(_)
-            | PortmapError::Nftables(_)
-            | PortmapError::NoBackend { .. }
-            | PortmapError::Localnet(_) => ErrorCode::Internal,
+            PortmapError::NoBackend { .. } | PortmapError::Localnet(_) => ErrorCode::Internal,
         };
         CniError::new(code, self.to_string())
     }

@@ -105,14 +105,7 @@ impl ToCniError for TuningError {
             | TuningError::PrevResultMissing
             | TuningError::SysctlMissing { .. } => ErrorCode::InvalidNetworkConfig,
             TuningError::PrevResult(_) => ErrorCode::Decode,
-            TuningError::NetNs { source, .. } => match source {
-                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                NetNsError::Open { .. }
-                | NetNsError::Switch { .. }
-                | NetNsError::Thread { .. }
-                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-            },
+            TuningError::NetNs { source, .. } => source.error_code(),
             TuningError::Sysctl(_)
             | TuningError::LinkMissing(_)
             | TuningError::Netlink(_)

@@ -90,7 +90,9 @@ impl IpMasqError {
                 .first()
                 .map(IpMasqError::code)
                 .unwrap_or(ErrorCode::Internal),
-            _ => ErrorCode::Internal,
+            IpMasqError::Spawn { .. } | IpMasqError::Command { .. } | IpMasqError::NfTables(_) => {
+                ErrorCode::Internal
+            }
         }
     }
 }

@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use ipnetwork::IpNetwork;
+use libcni::error::ErrorCode;
 use libcni::lock::{FileLock, LockError, LockWait};
 
 use crate::config::{ContainerIps, PortMapConf};
@@ -69,13 +70,25 @@ pub enum IptablesError {
 }
 
 impl IptablesError {
+    /// The spec code: 11 when the portmap or the xtables lock stayed
+    /// taken, 7 for a condition the configuration got wrong, 999 for what
+    /// the host refused.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            IptablesError::Lock(e) => e.error_code(),
+            IptablesError::Exec(e) if e.is_lock_timeout() => ErrorCode::TryAgainLater,
+            IptablesError::InvalidCondition { .. } => ErrorCode::InvalidNetworkConfig,
+            IptablesError::Exec(_)
+            | IptablesError::Parse(_)
+            | IptablesError::NeitherUsable { .. }
+            | IptablesError::Check(_)
+            | IptablesError::NfTables(_) => ErrorCode::Internal,
+        }
+    }
+
     /// Worth retrying: the portmap or the xtables lock stayed taken.
     pub fn is_try_again(&self) -> bool {
-        match self {
-            IptablesError::Lock(e) => e.is_timeout(),
-            IptablesError::Exec(e) => e.is_lock_timeout(),
-            _ => false,
-        }
+        self.error_code() == ErrorCode::TryAgainLater
     }
 
     /// The kernel's errno when nf_tables refused something.
@@ -88,7 +101,7 @@ impl IptablesError {
 
     /// A configuration problem rather than a host problem.
     pub fn is_config(&self) -> bool {
-        matches!(self, IptablesError::InvalidCondition { .. })
+        self.error_code() == ErrorCode::InvalidNetworkConfig
     }
 }
 

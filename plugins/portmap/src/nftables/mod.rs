@@ -44,6 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::IpNetwork;
+use libcni::error::ErrorCode;
 use libcni::nftables::userdata::{self, Userdata};
 use libcni::nftables::{
     retry_if_vanished, BaseChain, Batch, Hook, NfTablesError, NfTablesSocket, Rule, HOOK_OUTPUT,
@@ -97,7 +98,22 @@ pub enum NftError {
 
 impl NftError {
     pub fn is_config(&self) -> bool {
-        matches!(self, NftError::Condition(_))
+        self.error_code() == ErrorCode::InvalidNetworkConfig
+    }
+
+    /// The spec code: 7 for a condition the configuration got wrong, 999
+    /// for what the host refused.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            NftError::Condition(_) => ErrorCode::InvalidNetworkConfig,
+            NftError::Apply(_)
+            | NftError::Delete(_)
+            | NftError::List(_)
+            | NftError::Open(_)
+            | NftError::Unusable(_)
+            | NftError::CommentTooLong(_)
+            | NftError::MissingRules(_) => ErrorCode::Internal,
+        }
     }
 
     fn errno(&self) -> Option<Errno> {
