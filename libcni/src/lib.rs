@@ -30,6 +30,7 @@ pub mod nftables;
 pub mod plugin_conf;
 pub mod runtime;
 pub mod skel;
+pub mod source_routing;
 pub mod state_file;
 pub mod sysctl;
 pub mod types;
