@@ -109,14 +109,7 @@ impl IfaceError {
 impl ToCniError for IfaceError {
     fn to_cni_error(&self) -> CniError {
         let code = match self {
-            IfaceError::NetNs { source, .. } => match source {
-                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                NetNsError::Open { .. }
-                | NetNsError::Switch { .. }
-                | NetNsError::Thread { .. }
-                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-            },
+            IfaceError::NetNs { source, .. } => source.error_code(),
             IfaceError::NoInterfaces
             | IfaceError::InvalidInterfaceIndex { .. }
             | IfaceError::LinkNotFound(_)

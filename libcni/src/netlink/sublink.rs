@@ -434,14 +434,7 @@ pub enum DeleteError {
 impl ToCniError for DeleteError {
     fn to_cni_error(&self) -> CniError {
         let code = match self {
-            DeleteError::NetNs { source, .. } => match source {
-                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                NetNsError::Open { .. }
-                | NetNsError::Switch { .. }
-                | NetNsError::Thread { .. }
-                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-            },
+            DeleteError::NetNs { source, .. } => source.error_code(),
             DeleteError::Netlink { .. } => ErrorCode::Internal,
         };
         CniError::new(code, self.to_string())

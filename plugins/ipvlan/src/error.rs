@@ -103,15 +103,7 @@ impl ToCniError for IpvlanError {
             IpvlanError::Config(e) => e.to_cni_error(),
             IpvlanError::Conf(e) => e.to_cni_error(),
             IpvlanError::NetNs { source, .. } => {
-                let code = match source {
-                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                    NetNsError::Open { .. }
-                    | NetNsError::Switch { .. }
-                    | NetNsError::Thread { .. }
-                    | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-                };
-                CniError::new(code, self.to_string())
+                CniError::new(source.error_code(), self.to_string())
             }
             IpvlanError::NoDefaultRoute { .. } | IpvlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())

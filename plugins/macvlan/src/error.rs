@@ -104,15 +104,7 @@ impl ToCniError for MacvlanError {
             MacvlanError::Config(e) => e.to_cni_error(),
             MacvlanError::Conf(e) => e.to_cni_error(),
             MacvlanError::NetNs { source, .. } => {
-                let code = match source {
-                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                    NetNsError::Open { .. }
-                    | NetNsError::Switch { .. }
-                    | NetNsError::Thread { .. }
-                    | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-                };
-                CniError::new(code, self.to_string())
+                CniError::new(source.error_code(), self.to_string())
             }
             MacvlanError::NoDefaultRoute { .. } | MacvlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())

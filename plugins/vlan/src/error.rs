@@ -111,17 +111,7 @@ impl ToCniError for VlanError {
         match self {
             VlanError::Config(e) => e.to_cni_error(),
             VlanError::Conf(e) => e.to_cni_error(),
-            VlanError::NetNs { source, .. } => {
-                let code = match source {
-                    NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                    NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                    NetNsError::Open { .. }
-                    | NetNsError::Switch { .. }
-                    | NetNsError::Thread { .. }
-                    | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-                };
-                CniError::new(code, self.to_string())
-            }
+            VlanError::NetNs { source, .. } => CniError::new(source.error_code(), self.to_string()),
             VlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
