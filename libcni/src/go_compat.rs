@@ -6,14 +6,22 @@
 //!   tagged `runtimeConfig` (the reference tests send it so). serde matches
 //!   exactly; [`fold_keys`] renames the keys of a JSON value onto the names a
 //!   [`Shape`] declares, level by level, and serde then decodes the result.
+//!   Code that reads one key at a time from a JSON object uses [`get`];
+//!   a decoder that must see the JSON text itself (the order of a map's
+//!   keys, a key given twice, which a [`Value`] loses) implements
+//!   [`GoStruct`] and decodes with [`deserialize_struct`]. All three match
+//!   keys with [`field_for_key`].
 //! - Addresses: Go's `net` package treats an IPv4-mapped IPv6 address
 //!   (`::ffff:10.0.0.1`) as the IPv4 address it maps, also inside a CIDR,
 //!   where the prefix then counts the last 32 bits only. [`parse_ip`] and
 //!   [`parse_cidr`] give the same addresses and prefixes.
 
+use std::fmt;
+use std::marker::PhantomData;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// The keys of a Go struct, as far as decoding needs them.
@@ -69,29 +77,94 @@ pub fn fold_keys(value: &Value, shape: &Shape) -> Value {
     }
 }
 
+/// The field of a Go struct that the object key `key` decodes into, as
+/// Go's decoder picks it: the field named exactly `key`, else the first
+/// (in declaration order) whose name equals `key` ignoring ASCII case.
+/// `names` are the struct's JSON names in declaration order.
+pub fn field_for_key<S: AsRef<str>>(names: &[S], key: &str) -> Option<usize> {
+    names
+        .iter()
+        .position(|name| name.as_ref() == key)
+        .or_else(|| {
+            names
+                .iter()
+                .position(|name| name.as_ref().eq_ignore_ascii_case(key))
+        })
+}
+
+/// The value Go's decoder gives the field `name`, read from `object` one
+/// key at a time: the key spelled `name`, else the first key (in the map's
+/// order) that [`field_for_key`] matches to it. Exact only for structs
+/// with no other field whose name differs from `name` in case alone
+/// (that one would take the folded keys first); use [`fold_keys`] there.
+pub fn get<'a>(object: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    object.get(name).or_else(|| {
+        object
+            .iter()
+            .find(|(key, _)| field_for_key(&[name], key).is_some())
+            .map(|(_, value)| value)
+    })
+}
+
+/// A Go struct decoded straight from the JSON text by
+/// [`deserialize_struct`], its keys matched as Go matches them.
+pub trait GoStruct: Default {
+    /// The fields' JSON names, in declaration order.
+    const FIELDS: &'static [&'static str];
+    /// Decodes the value of field `FIELDS[index]` from `map` (one
+    /// `next_value` call) into `self`.
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        index: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error>;
+}
+
+/// Decodes a `T` from a JSON object as Go's decoder would: each key goes
+/// to the field [`field_for_key`] picks, keys of no field are skipped, and
+/// a key given again (in any spelling of the same field) overwrites the
+/// value, so the last one wins (where [`fold_keys`], with no key order to
+/// go by, lets the exact spelling win).
+pub fn deserialize_struct<'de, T: GoStruct, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    struct StructVisitor<T>(PhantomData<T>);
+    impl<'de, T: GoStruct> Visitor<'de> for StructVisitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+            let mut value = T::default();
+            while let Some(key) = map.next_key::<String>()? {
+                match field_for_key(T::FIELDS, &key) {
+                    Some(index) => value.decode_field(index, &mut map)?,
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(value)
+        }
+    }
+    deserializer.deserialize_map(StructVisitor(PhantomData))
+}
+
 fn fold_object(
     object: &Map<String, Value>,
     fields: &[(&'static str, Shape)],
 ) -> Map<String, Value> {
     let mut folded = Map::new();
+    let names: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
     // Which fields got their value from an exact spelling.
     let mut exact = vec![false; fields.len()];
     for (key, value) in object {
-        let field = fields
-            .iter()
-            .position(|(name, _)| name == key)
-            .map(|i| (i, true))
-            .or_else(|| {
-                fields
-                    .iter()
-                    .position(|(name, _)| name.eq_ignore_ascii_case(key))
-                    .map(|i| (i, false))
-            });
-        let Some((index, is_exact)) = field else {
+        let Some(index) = field_for_key(&names, key) else {
             folded.insert(key.clone(), value.clone());
             continue;
         };
         let (name, shape) = &fields[index];
+        let is_exact = name == key;
         if folded.contains_key(*name) && (exact[index] || !is_exact) {
             continue;
         }
@@ -201,6 +274,131 @@ mod tests {
         let v = json!({"runtimeConfig": 5, "routes": {"dst": 1}});
         assert_eq!(fold_keys(&v, &TOP), v);
         assert_eq!(fold_keys(&json!(null), &TOP), json!(null));
+    }
+
+    #[test]
+    fn one_key_at_a_time_as_go_matches_it() {
+        let v = json!({"MTU": 1, "mtu": 2, "HostPort": 3, "other": 4});
+        let object = v.as_object().unwrap();
+        assert_eq!(get(object, "mtu"), Some(&json!(2)));
+        assert_eq!(get(object, "hostPort"), Some(&json!(3)));
+        assert_eq!(get(object, "runtimeConfig"), None);
+        assert_eq!(field_for_key(&["address", "Address"], "ADDRESS"), Some(0));
+        assert_eq!(field_for_key(&["address", "Address"], "Address"), Some(1));
+        assert_eq!(field_for_key(&["address"], "addresses"), None);
+    }
+
+    /// `{"runtimeConfig": {"mac": ...}, "sysctl": {...}}` with the sysctl
+    /// keys in the order written.
+    #[derive(Debug, Default, PartialEq)]
+    struct Conf {
+        mac: Option<String>,
+        sysctl: Vec<(String, String)>,
+        runtime_mac: Option<String>,
+    }
+
+    #[derive(Debug, Default, PartialEq)]
+    struct Runtime {
+        mac: Option<String>,
+    }
+
+    struct InOrder(Vec<(String, String)>);
+
+    impl<'de> serde::Deserialize<'de> for InOrder {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = InOrder;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a map")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InOrder, A::Error> {
+                    let mut entries = Vec::new();
+                    while let Some(entry) = map.next_entry()? {
+                        entries.push(entry);
+                    }
+                    Ok(InOrder(entries))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    impl GoStruct for Runtime {
+        const FIELDS: &'static [&'static str] = &["mac"];
+        fn decode_field<'de, A: MapAccess<'de>>(
+            &mut self,
+            _: usize,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            self.mac = map.next_value()?;
+            Ok(())
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Runtime {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            deserialize_struct(d)
+        }
+    }
+
+    impl GoStruct for Conf {
+        const FIELDS: &'static [&'static str] = &["mac", "sysctl", "runtimeConfig"];
+        fn decode_field<'de, A: MapAccess<'de>>(
+            &mut self,
+            index: usize,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            match index {
+                0 => self.mac = map.next_value()?,
+                1 => self.sysctl = map.next_value::<InOrder>()?.0,
+                _ => self.runtime_mac = map.next_value::<Option<Runtime>>()?.and_then(|r| r.mac),
+            }
+            Ok(())
+        }
+    }
+
+    fn decode(text: &str) -> Result<Conf, serde_json::Error> {
+        deserialize_struct(&mut serde_json::Deserializer::from_str(text))
+    }
+
+    #[test]
+    fn structs_decode_from_the_text_as_go_decodes_them() {
+        let conf = decode(
+            r#"{"RuntimeConfig": {"MAC": "c2:11:22:33:44:66"}, "other": [1, {"x": 2}],
+                "sysctl": {"net.b": "1", "net.a": "2"}, "Mac": "x"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            conf,
+            Conf {
+                mac: Some("x".into()),
+                sysctl: vec![("net.b".into(), "1".into()), ("net.a".into(), "2".into())],
+                runtime_mac: Some("c2:11:22:33:44:66".into()),
+            }
+        );
+        // The last key of a field wins, whatever its spelling.
+        assert_eq!(
+            decode(r#"{"mac": "a", "MAC": "b"}"#)
+                .unwrap()
+                .mac
+                .as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            decode(r#"{"MAC": "b", "mac": "a"}"#)
+                .unwrap()
+                .mac
+                .as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            decode(r#"{"runtimeConfig": null}"#).unwrap(),
+            Conf::default()
+        );
+        for bad in [r#"[]"#, r#"{"mac": 5}"#, r#"{"runtimeConfig": 5}"#] {
+            assert!(decode(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

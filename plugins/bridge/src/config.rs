@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::go_compat;
 use libcni::plugin_conf::PluginConf;
 use libcni::skel::validate_interface_name;
 use libcni::types::Dns;
@@ -447,16 +448,10 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// No two keys of the reference's bridge configuration differ in case
+    /// alone, so a lookup by name is what Go's decoder does.
     fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map
-            .get(key)
-            .or_else(|| {
-                self.map
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(key))
-                    .map(|(_, v)| v)
-            })
-            .filter(|v| !v.is_null())
+        go_compat::get(self.map, key).filter(|v| !v.is_null())
     }
 
     fn wrong_type(&self, key: &str, expected: &'static str) -> ConfigError {

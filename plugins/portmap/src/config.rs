@@ -3,7 +3,9 @@
 //!
 //! Go's JSON decoder matches keys case-insensitively, which is why
 //! containerd can send `HostPort` where Podman sends `hostPort`; keys are
-//! looked up the same way here (an exact match wins over a folded one).
+//! looked up the same way here ([`go_compat::get`]: an exact match wins
+//! over a folded one; no two keys of the reference's configuration differ
+//! in case alone).
 //!
 //! Backend selection is split in two: what the configuration says is
 //! settled here (an explicit `backend`, or the backend implied by
@@ -15,6 +17,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use libcni::go_compat;
 use libcni::plugin_conf::PluginConf;
 use libcni::types::v100;
 use serde_json::{Map, Value};
@@ -393,7 +396,7 @@ impl RawMapping {
 
 /// `runtimeConfig.portMappings`, with every key matched as Go does.
 fn port_mappings(obj: &Map<String, Value>) -> Result<Vec<RawMapping>, ConfigError> {
-    let Some(runtime_config) = field(obj, "runtimeConfig") else {
+    let Some(runtime_config) = go_compat::get(obj, "runtimeConfig") else {
         return Ok(Vec::new());
     };
     let runtime_config = match runtime_config {
@@ -401,7 +404,7 @@ fn port_mappings(obj: &Map<String, Value>) -> Result<Vec<RawMapping>, ConfigErro
         Value::Object(o) => o,
         _ => return Err(type_error("runtimeConfig", "an object")),
     };
-    let list = match field(runtime_config, "portMappings") {
+    let list = match go_compat::get(runtime_config, "portMappings") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
         Some(_) => return Err(type_error("runtimeConfig.portMappings", "a list")),
@@ -430,15 +433,6 @@ fn port_mappings(obj: &Map<String, Value>) -> Result<Vec<RawMapping>, ConfigErro
         .collect()
 }
 
-/// The value of `key`, matched exactly or else ASCII case-insensitively.
-fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).or_else(|| {
-        obj.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v)
-    })
-}
-
 fn type_error(key: &str, expected: &'static str) -> ConfigError {
     ConfigError::Type {
         key: key.to_string(),
@@ -447,7 +441,7 @@ fn type_error(key: &str, expected: &'static str) -> ConfigError {
 }
 
 fn optional_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, ConfigError> {
-    match field(obj, key) {
+    match go_compat::get(obj, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(type_error(key, "a string")),
@@ -455,7 +449,7 @@ fn optional_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>
 }
 
 fn optional_bool(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ConfigError> {
-    match field(obj, key) {
+    match go_compat::get(obj, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(type_error(key, "a boolean")),
@@ -463,7 +457,7 @@ fn optional_bool(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, Co
 }
 
 fn optional_int(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ConfigError> {
-    match field(obj, key) {
+    match go_compat::get(obj, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
             .as_i64()
@@ -477,7 +471,7 @@ fn optional_strings(
     obj: &Map<String, Value>,
     key: &str,
 ) -> Result<Option<Vec<String>>, ConfigError> {
-    match field(obj, key) {
+    match go_compat::get(obj, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(items)) => items
             .iter()

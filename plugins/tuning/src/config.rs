@@ -18,6 +18,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use libcni::args::ArgsError;
+use libcni::go_compat::{self, GoStruct};
 use libcni::skel::CmdArgs;
 
 use crate::error::TuningError;
@@ -83,56 +84,136 @@ pub struct TuningConf {
 }
 
 /// The configuration keys as written (`null` reads as absent, as in Go).
-#[derive(Debug, Default, Deserialize)]
+/// Keys are matched as Go's decoder matches them ([`go_compat`]): the
+/// reference's tests send `RuntimeConfig`, and of a key given twice the
+/// last wins. Decoded from the text, not from a `Value`, which would lose
+/// the order of the sysctl keys and the second of two equal ones.
+#[derive(Debug, Default)]
 pub struct RawConf {
-    #[serde(rename = "dataDir", default)]
     pub data_dir: Option<String>,
-    #[serde(default)]
     sysctl: Option<SysctlEntries>,
-    #[serde(default)]
     mac: Option<String>,
-    #[serde(default)]
     promisc: Option<bool>,
-    #[serde(default)]
     mtu: Option<i64>,
-    #[serde(rename = "txQLen", default)]
     tx_queue_len: Option<i64>,
-    #[serde(default)]
     allmulti: Option<bool>,
-    #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RuntimeConfig>,
-    #[serde(default)]
     args: Option<ArgsSection>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+impl GoStruct for RawConf {
+    const FIELDS: &'static [&'static str] = &[
+        "dataDir",
+        "sysctl",
+        "mac",
+        "promisc",
+        "mtu",
+        "txQLen",
+        "allmulti",
+        "runtimeConfig",
+        "args",
+    ];
+
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        index: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match index {
+            0 => self.data_dir = map.next_value()?,
+            1 => self.sysctl = map.next_value()?,
+            2 => self.mac = map.next_value()?,
+            3 => self.promisc = map.next_value()?,
+            4 => self.mtu = map.next_value()?,
+            5 => self.tx_queue_len = map.next_value()?,
+            6 => self.allmulti = map.next_value()?,
+            7 => self.runtime_config = map.next_value()?,
+            _ => self.args = map.next_value()?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
 struct RuntimeConfig {
-    #[serde(default)]
     mac: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+impl GoStruct for RuntimeConfig {
+    const FIELDS: &'static [&'static str] = &["mac"];
+
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        _: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        self.mac = map.next_value()?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
 struct ArgsSection {
-    #[serde(default)]
     cni: Option<CniArgsSection>,
 }
 
+impl GoStruct for ArgsSection {
+    const FIELDS: &'static [&'static str] = &["cni"];
+
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        _: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        self.cni = map.next_value()?;
+        Ok(())
+    }
+}
+
 /// `args.cni`: each key that is present replaces the configured value.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 struct CniArgsSection {
-    #[serde(default)]
     sysctl: Option<SysctlEntries>,
-    #[serde(default)]
     mac: Option<String>,
-    #[serde(default)]
     promisc: Option<bool>,
-    #[serde(default)]
     mtu: Option<i64>,
-    #[serde(default)]
     allmulti: Option<bool>,
-    #[serde(rename = "txQLen", default)]
     tx_queue_len: Option<i64>,
 }
+
+impl GoStruct for CniArgsSection {
+    const FIELDS: &'static [&'static str] =
+        &["sysctl", "mac", "promisc", "mtu", "allmulti", "txQLen"];
+
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        index: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match index {
+            0 => self.sysctl = map.next_value()?,
+            1 => self.mac = map.next_value()?,
+            2 => self.promisc = map.next_value()?,
+            3 => self.mtu = map.next_value()?,
+            4 => self.allmulti = map.next_value()?,
+            _ => self.tx_queue_len = map.next_value()?,
+        }
+        Ok(())
+    }
+}
+
+/// Serde entry points of the structs above, all through
+/// [`go_compat::deserialize_struct`].
+macro_rules! deserialize_as_go_struct {
+    ($($name:ident),*) => {$(
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                go_compat::deserialize_struct(deserializer)
+            }
+        }
+    )*};
+}
+deserialize_as_go_struct!(RawConf, RuntimeConfig, ArgsSection, CniArgsSection);
 
 /// A `sysctl` object in the order written. A key given twice is kept
 /// aside (a map would silently keep the last value) so that the
@@ -414,6 +495,32 @@ mod tests {
         let mut cleared = with_rc;
         cleared["args"] = json!({"cni": {"mac": ""}});
         assert_eq!(pick(cleared, None), None);
+    }
+
+    #[test]
+    fn keys_match_as_in_go_so_the_reference_tests_runtime_config_is_read() {
+        // The reference's tests send `RuntimeConfig`.
+        let conf = resolve_json(
+            json!({"mac": "02:00:00:00:00:01", "RuntimeConfig": {"MAC": "c2:11:22:33:44:77"}}),
+            None,
+        );
+        assert_eq!(conf.mac.unwrap().text(), "c2:11:22:33:44:77");
+        let conf = resolve_json(
+            json!({"MTU": 1400, "TxQLen": 5, "Args": {"CNI": {"Promisc": true}}, "DATADIR": "/d"}),
+            None,
+        );
+        assert_eq!(
+            (conf.mtu, conf.tx_queue_len, conf.promisc),
+            (Some(1400), Some(5), true)
+        );
+        assert_eq!(conf.data_dir, PathBuf::from("/d"));
+        // Of a key given twice, in any spelling, the last wins (Go's rule).
+        let text =
+            r#"{"mtu": 1400, "MTU": 1500, "sysctl": {"net.a.b": "1"}, "Sysctl": {"net.c.d": "2"}}"#;
+        let conf = resolve(decode(text.as_bytes()).unwrap(), None, "eth0").unwrap();
+        assert_eq!(conf.mtu, Some(1500));
+        let keys: Vec<_> = conf.sysctls.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["net.c.d"]);
     }
 
     #[test]

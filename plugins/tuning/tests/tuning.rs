@@ -374,6 +374,20 @@ fn args_cni_and_cni_args_and_the_mac_capability_are_read() {
     pod.call("DEL", "ctr-rc", &conf).assert_ok();
     pod.assert_original_link();
 
+    // The reference's tests spell it `RuntimeConfig`; Go's decoder matches
+    // keys case-insensitively, and so does the plugin.
+    let conf = pod.conf(
+        "1.0.0",
+        json!({"mac": "02:00:00:00:00:33", "RuntimeConfig": {"mac": "c2:11:22:33:44:88"}}),
+    );
+    let out = pod.call("ADD", "ctr-rc-go", &conf);
+    out.assert_ok();
+    assert_eq!(out.json()["interfaces"][1]["mac"], "c2:11:22:33:44:88");
+    assert_eq!(pod.link()["address"], "c2:11:22:33:44:88");
+    pod.call("CHECK", "ctr-rc-go", &conf).assert_ok();
+    pod.call("DEL", "ctr-rc-go", &conf).assert_ok();
+    pod.assert_original_link();
+
     // Unknown CNI_ARGS without IgnoreUnknown: ADD refuses (code 4) and
     // changes nothing; DEL still cleans up.
     let conf = pod.conf("1.0.0", json!({"mtu": 1400}));
