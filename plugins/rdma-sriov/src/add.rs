@@ -2,7 +2,8 @@
 //! PF-side settings, its RDMA device and netdev into the pod, IPAM,
 //! addresses and routes, and the device-info file the runtime asked for
 //! (`runtimeConfig.CNIDeviceInfoFile`: the VF's and its PF's PCI addresses
-//! and the RDMA device, for Multus to put in the pod's network-status).
+//! and the RDMA device, for Multus to put in the pod's network-status);
+//! with `rail`, the rail's sysctls and routing table ([`crate::rail`]).
 //!
 //! ADD writes the attachment's state before its first change and records
 //! each step as it is taken; a failure then runs the same teardown DEL
@@ -29,7 +30,8 @@ use crate::hwaddr::MacAddr;
 use crate::netdev::{self, NetdevError};
 use crate::pf::VfSetting;
 use crate::plugin::{ipam_type, Context, RdmaSriov};
-use crate::state::{AttachmentState, NetdevLocation, RdmaAttachment, STATE_VERSION};
+use crate::rail;
+use crate::state::{AttachmentState, NetdevLocation, RailRecord, RdmaAttachment, STATE_VERSION};
 use crate::teardown::{reclaim_if_stale, teardown, IpamRelease};
 use crate::vf::{find_vf, vfs_of_pf, VfDevice};
 
@@ -91,6 +93,13 @@ pub(crate) fn add(plugin: &RdmaSriov, args: &CmdArgs) -> Result<v100::Result, Pl
         }
     };
 
+    if let (Some(_), Some(driver)) = (&conf.rail, vf.userspace_driver()) {
+        return Err(PluginError::RailWithoutNetdev {
+            pci: vf.pci.clone(),
+            driver: driver.to_string(),
+        });
+    }
+
     let rdma = match vf.userspace_driver() {
         Some(driver) => {
             log::info!(
@@ -122,6 +131,7 @@ pub(crate) fn add(plugin: &RdmaSriov, args: &CmdArgs) -> Result<v100::Result, Pl
         pod_mac: None,
         addresses: Vec::new(),
         device_info_file: None,
+        rail: None,
         complete: false,
     };
     ctx.store.save(&state)?;
@@ -327,6 +337,10 @@ fn setup(
         ctx.store.save(state)?;
         let link =
             netdev::configure_in_pod(&mut pod_socket, index, &args.ifname, conf.mac, conf.mtu)?;
+        // Before the rail has an address to answer ARP for.
+        if conf.rail.is_some() {
+            rail::set_sysctls(pod, &args.ifname)?;
+        }
         log::info!(
             "VF {} netdev {host_name} is {} in {}",
             vf.pci,
@@ -395,6 +409,17 @@ fn setup(
             (text, 0)
         }
     };
+    if let (Some(rail_conf), Some((socket, link))) = (&conf.rail, pod_link.as_mut()) {
+        let _lock = rail::lock_pod(pod, plugin.knobs.lock_timeout)?;
+        let record = RailRecord {
+            table: rail::pick_table(socket, rail_conf)?,
+            sources: rail::sources(&result),
+        };
+        state.rail = Some(record.clone());
+        ctx.store.save(state)?;
+        rail::add_routing(socket, link, &record)?;
+    }
+
     result.interfaces.push(v100::Interface {
         name: args.ifname.clone(),
         mac: mac.clone(),

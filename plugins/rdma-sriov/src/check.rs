@@ -3,7 +3,8 @@
 //! with the MAC and addresses ADD reported (the runtime's prevResult, else
 //! the record), the RDMA device is in the pod (exclusive mode) with its
 //! port ACTIVE through libibverbs, the device-info file ADD wrote still
-//! names the VF, and IPAM CHECK passes.
+//! names the VF, a rail's sysctls, rules and table are in place
+//! ([`crate::rail::check`]), and IPAM CHECK passes.
 
 use libcni::device_info;
 use libcni::netlink::{format_mac, RouteSocket};
@@ -15,6 +16,7 @@ use crate::config::Locations;
 use crate::error::PluginError;
 use crate::hwaddr::MacAddr;
 use crate::plugin::{ipam_type, RdmaSriov};
+use crate::rail;
 use crate::verbs::PortState;
 
 /// The RDMA port CHECK looks at: VFs have one.
@@ -104,6 +106,9 @@ pub(crate) fn check(plugin: &RdmaSriov, args: &CmdArgs) -> Result<(), PluginErro
                     args.ifname
                 )));
             }
+        }
+        if let Some(record) = &state.rail {
+            rail::check(&pod, &mut socket, &link, record)?;
         }
     }
 

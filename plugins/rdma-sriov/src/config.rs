@@ -12,6 +12,7 @@
 //!   "guid": "00:11:22:33:44:55:66:77",     // InfiniBand VFs; also runtimeConfig.infinibandGUID
 //!   "mtu": 9000,
 //!   "allowSharedRdmaNetns": false,         // accept an RDMA subsystem in shared mode
+//!   "rail": true,                          // or {"table": 101}: one rail of a multi-rail pod
 //!   "runtimeConfig": {"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/..."},
 //!                                          // capability CNIDeviceInfoFile: the device-info file
 //!   "ipam": { "type": "host-local", ... },
@@ -30,7 +31,9 @@ use libcni::device::is_pci_address;
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::plugin_conf::{ConfError, PluginConf};
 use libcni::skel::validate_interface_name;
+use libcni::source_routing::is_kernel_table;
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::hwaddr::{Guid, MacAddr};
 use crate::pf::{VfLinkState, VfSetting, VlanProto};
@@ -110,6 +113,9 @@ struct RawConf {
     state_dir: Option<String>,
     #[serde(rename = "sysfsRoot", default)]
     sysfs_root: Option<String>,
+    /// `true`, `false` or `{"table": N}`: read by [`RailConf::parse`].
+    #[serde(default)]
+    rail: Option<Value>,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RawRuntimeConfig>,
 }
@@ -150,6 +156,54 @@ pub struct NetConf {
     /// Where the runtime wants the device-info file (NPWG device-info spec),
     /// from `runtimeConfig.CNIDeviceInfoFile`.
     pub device_info_file: Option<PathBuf>,
+    /// `rail`: the VF is one rail of a multi-rail pod ([`crate::rail`]).
+    pub rail: Option<RailConf>,
+}
+
+/// The `rail` key: `true` (or `{}`) makes the VF a rail whose routing
+/// table is the first free one from 100; `{"table": N}` names the table
+/// (for operators who number tables after rails); `false` or absent: no
+/// rail. Only `table` is known inside: this key is ours, so a typo such as
+/// `"tabel"` is refused rather than ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RailConf {
+    pub table: Option<u32>,
+}
+
+impl RailConf {
+    fn parse(value: Option<&Value>) -> Result<Option<RailConf>, ConfigError> {
+        let object = match value {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(None),
+            Some(Value::Bool(true)) => return Ok(Some(RailConf::default())),
+            Some(Value::Object(object)) => object,
+            Some(other) => {
+                return Err(invalid(format!(
+                "rail {other} invalid: must be true, false or an object such as {{\"table\": 101}}"
+            )))
+            }
+        };
+        if let Some(key) = object.keys().find(|k| k.as_str() != "table") {
+            return Err(invalid(format!(
+                "rail: unknown key {key:?} (rail knows only \"table\")"
+            )));
+        }
+        let table = match object.get("table") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(
+                value
+                    .as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .filter(|id| !is_kernel_table(*id))
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "rail.table {value} invalid: a routing table id is 1-4294967295, \
+                             other than 253, 254 and 255 (the kernel's default, main and local tables)"
+                        ))
+                    })?,
+            ),
+        };
+        Ok(Some(RailConf { table }))
+    }
 }
 
 /// The keys every verb needs, read without the checks of ADD: DEL and GC
@@ -362,6 +416,13 @@ impl NetConf {
         if raw.mtu == Some(0) {
             return Err(invalid("mtu 0 invalid: leave it out to keep the VF's MTU"));
         }
+        let rail = RailConf::parse(raw.rail.as_ref())?;
+        let has_ipam = conf.ipam.as_ref().is_some_and(|i| !i.ipam_type.is_empty());
+        if rail.is_some() && !has_ipam {
+            return Err(invalid(
+                "rail needs ipam: the rail's routing rule matches the address IPAM gives the VF",
+            ));
+        }
 
         Ok(NetConf {
             device,
@@ -381,6 +442,7 @@ impl NetConf {
             state_dir: raw.state_dir.filter(|s| !s.is_empty()).map(PathBuf::from),
             sysfs_root: raw.sysfs_root.filter(|s| !s.is_empty()).map(PathBuf::from),
             device_info_file,
+            rail,
         })
     }
 
@@ -639,6 +701,64 @@ mod tests {
         );
         let pc = conf(json!({"runtimeConfig":{"CNIDeviceInfoFile":"rel/x.json"}}));
         assert_eq!(Locations::from_conf(&pc).device_info_file, None);
+    }
+
+    #[test]
+    fn rail_forms_and_their_refusals() {
+        let with_ipam = |rail: Value| {
+            parse(json!({"deviceID":"0000:af:06.0","rail":rail,
+                "ipam":{"type":"host-local","subnet":"10.1.0.0/24"}}))
+        };
+        assert_eq!(
+            with_ipam(json!(true)).unwrap().rail,
+            Some(RailConf::default())
+        );
+        assert_eq!(
+            with_ipam(json!({})).unwrap().rail,
+            Some(RailConf::default())
+        );
+        assert_eq!(with_ipam(json!(false)).unwrap().rail, None);
+        assert_eq!(with_ipam(Value::Null).unwrap().rail, None);
+        assert_eq!(
+            with_ipam(json!({"table": 101})).unwrap().rail,
+            Some(RailConf { table: Some(101) })
+        );
+        assert_eq!(
+            with_ipam(json!({"table": 4_294_967_295u64})).unwrap().rail,
+            Some(RailConf {
+                table: Some(u32::MAX)
+            })
+        );
+        assert_eq!(
+            parse(json!({"deviceID":"0000:af:06.0"})).unwrap().rail,
+            None
+        );
+        for (rail, expected) in [
+            (
+                json!("yes"),
+                "rail \"yes\" invalid: must be true, false or an object",
+            ),
+            (json!(1), "rail 1 invalid"),
+            (json!({"tabel": 5}), "rail: unknown key \"tabel\""),
+            (json!({"table": 0}), "rail.table 0 invalid"),
+            (json!({"table": 254}), "rail.table 254 invalid"),
+            (json!({"table": -3}), "rail.table -3 invalid"),
+            (
+                json!({"table": 4_294_967_296u64}),
+                "rail.table 4294967296 invalid",
+            ),
+            (json!({"table": "101"}), "rail.table \"101\" invalid"),
+        ] {
+            let e = with_ipam(rail.clone()).unwrap_err();
+            assert_eq!(
+                e.to_cni_error().code,
+                ErrorCode::InvalidNetworkConfig,
+                "{rail}"
+            );
+            assert!(e.to_string().starts_with(expected), "{rail}: {e}");
+        }
+        let no_ipam = message(json!({"deviceID":"0000:af:06.0","rail":true}));
+        assert!(no_ipam.starts_with("rail needs ipam"), "{no_ipam}");
     }
 
     #[test]

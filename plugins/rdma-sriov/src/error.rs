@@ -1,9 +1,12 @@
 //! The plugin's errors and their spec codes.
 //!
 //! - configuration problems, a `deviceID` or `pf` this node does not have
-//!   or that is no VF, a VF of another PF than `pf`: 7 (4 for `CNI_ARGS`);
+//!   or that is no VF, a VF of another PF than `pf`, a `rail` on a VF
+//!   without netdev or with a `table` the pod already uses: 7 (4 for
+//!   `CNI_ARGS`);
 //! - a pod namespace that does not exist: 3; a path that is no namespace: 4;
-//! - a VF lock held by another run past the wait: 11;
+//! - a VF lock, or the pod's routing lock of a rail, held by another run
+//!   past the wait: 11 (5 when the lock itself fails);
 //! - an RDMA subsystem that cannot serve pods (missing, or shared mode not
 //!   opted into), no free VF: 50;
 //! - the IPAM plugin's own error: its code;
@@ -17,10 +20,13 @@
 use libcni::device_info::DeviceInfoError;
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::invoke::InvokeError;
+use libcni::lock::LockError;
 use libcni::netlink::rdma::RdmaError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
+use libcni::source_routing::SourceRoutingError;
+use libcni::sysctl::SysctlError;
 use libcni::types::ResultError;
 
 use crate::alloc::AllocError;
@@ -67,6 +73,17 @@ pub enum PluginError {
     IpamNoIps,
     #[error(transparent)]
     DeviceInfo(#[from] DeviceInfoError),
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    #[error(transparent)]
+    SourceRouting(#[from] SourceRoutingError),
+    /// The pod's routing lock (a rail's table choice).
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("rail.table {table} is already in use in the pod (a rule looks it up or a route is in it): give each rail of a pod a table of its own, or leave table out to take the first free one from 100")]
+    RailTableInUse { table: u32 },
+    #[error("rail needs the VF's netdev, but VF {pci} is bound to {driver} and has none: leave rail out for a userspace VF")]
+    RailWithoutNetdev { pci: String, driver: String },
     #[error("RDMA subsystem namespace awareness mode is set to shared, expecting it to be set to exclusive: {SHARED_MODE_FIX}")]
     SharedMode,
     #[error("cannot move RDMA device {device} into the pod netns: its driver {driver} cannot change network namespace (EOPNOTSUPP: the kernel moves only devices whose driver can disassociate user contexts, such as mlx5; soft-RoCE rdma_rxe and siw cannot). Use a hardware RDMA device, or run the RDMA subsystem in shared mode with \"allowSharedRdmaNetns\": true")]
@@ -124,6 +141,8 @@ impl ToCniError for PluginError {
             PluginError::RollbackFailed { error, .. } => error.to_cni_error().code,
             PluginError::Teardown(problems) => problems.code(),
             PluginError::Rdma(e) => e.to_cni_error().code,
+            PluginError::SourceRouting(e) => e.to_cni_error().code,
+            PluginError::Lock(e) => e.error_code(),
             PluginError::NetNs(NetNsError::NotExist { .. }) => ErrorCode::UnknownContainer,
             PluginError::NetNs(NetNsError::NotNetNs { .. }) => ErrorCode::InvalidEnvironment,
             PluginError::NetNs(
@@ -145,6 +164,8 @@ impl ToCniError for PluginError {
             // The configuration (deviceID, pf) names a device this node
             // does not have, or one that is no VF: retrying cannot help.
             PluginError::WrongPf { .. }
+            | PluginError::RailTableInUse { .. }
+            | PluginError::RailWithoutNetdev { .. }
             | PluginError::Vf(
                 VfError::DeviceNotFound { .. }
                 | VfError::NotAVf { .. }
@@ -162,6 +183,7 @@ impl ToCniError for PluginError {
             | PluginError::Verbs(_)
             | PluginError::Netdev(_)
             | PluginError::Netlink(_)
+            | PluginError::Sysctl(_)
             | PluginError::IpamResult(_)
             | PluginError::IpamNoIps
             | PluginError::RdmaMoveUnsupported { .. }
@@ -200,6 +222,28 @@ mod tests {
         );
         assert_eq!(code(PluginError::Config(ConfigError::NoDevice)), 7);
         assert_eq!(code(PluginError::IpamNoIps), 999);
+        assert_eq!(code(PluginError::RailTableInUse { table: 101 }), 7);
+        assert_eq!(
+            code(PluginError::RailWithoutNetdev {
+                pci: "0000:af:06.0".into(),
+                driver: "vfio-pci".into()
+            }),
+            7
+        );
+        assert_eq!(
+            code(PluginError::Lock(LockError::Timeout {
+                path: PathBuf::from("/run/netns/pod"),
+                holder: "x",
+                waited: Duration::from_secs(1)
+            })),
+            11
+        );
+        assert_eq!(
+            code(PluginError::SourceRouting(SourceRoutingError::NoFreeTable(
+                100
+            ))),
+            999
+        );
         let missing = PluginError::Vf(VfError::DeviceNotFound {
             pci: "0000:af:06.7".into(),
             path: PathBuf::from("/sys/bus/pci/devices/0000:af:06.7"),

@@ -21,6 +21,8 @@
 //! - [`pf`]: PF-side VF settings ([`pf::PfLinkOps`]);
 //! - [`verbs`]: RDMA port state through libibverbs ([`verbs::PortQuery`]);
 //! - [`netdev`], [`addressing`]: the VF netdev and its addresses;
+//! - [`rail`]: the VF as one rail of a multi-rail pod (`"rail": true`):
+//!   ARP and reverse-path sysctls, and a routing table of its own;
 //! - [`state`], [`alloc`]: attachment records, VF locks and allocations;
 //! - [`plugin`]: the plugin and its backends; the verbs in [`add`],
 //!   [`del`], [`check`], [`gc`] and [`status`], and what DEL, GC and a
@@ -45,6 +47,7 @@ pub mod knobs;
 pub mod netdev;
 pub mod pf;
 pub mod plugin;
+pub mod rail;
 pub mod state;
 pub mod status;
 pub mod teardown;

@@ -13,6 +13,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
+use libcni::source_routing::SourceRoute;
 use serde::{Deserialize, Serialize};
 
 use crate::hwaddr::MacAddr;
@@ -70,6 +71,18 @@ pub struct RdmaAttachment {
     pub in_pod: bool,
 }
 
+/// The source routing of a rail ([`crate::rail`]), recorded before its
+/// first rule is added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RailRecord {
+    /// The rail's routing table.
+    pub table: u32,
+    /// The addresses whose rules look it up, with the gateway of the
+    /// table's default route of their family.
+    pub sources: Vec<SourceRoute>,
+}
+
 /// One attachment's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -113,6 +126,9 @@ pub struct AttachmentState {
     /// The device-info file ADD wrote (or updated), removed by teardown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<PathBuf>,
+    /// The rail's rules and table, removed by teardown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<RailRecord>,
     /// ADD finished; until then the record describes a partial setup.
     #[serde(default)]
     pub complete: bool,
@@ -282,6 +298,13 @@ mod tests {
             pod_mac: None,
             addresses: vec!["10.1.0.2/24".parse().unwrap()],
             device_info_file: Some(PathBuf::from("/run/devinfo/x.json")),
+            rail: Some(RailRecord {
+                table: 100,
+                sources: vec![SourceRoute {
+                    address: "10.1.0.2/24".parse().unwrap(),
+                    gateway: Some("10.1.0.1".parse().unwrap()),
+                }],
+            }),
             complete: true,
         }
     }

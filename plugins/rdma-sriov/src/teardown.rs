@@ -19,6 +19,7 @@ use crate::error::PluginError;
 use crate::netdev;
 use crate::pf::VfSetting;
 use crate::plugin::{ipam_type_of_value, Context, RdmaSriov};
+use crate::rail;
 use crate::state::{AttachmentState, NetdevLocation};
 
 /// How a teardown releases the IPAM allocation.
@@ -68,6 +69,23 @@ pub(crate) fn teardown(
             None
         }
     };
+
+    if let Some(record) = state.rail.clone() {
+        match &pod {
+            Some(pod) => {
+                let ifname = match &state.netdev_location {
+                    Some(NetdevLocation::Pod { name }) => Some(name.as_str()),
+                    Some(NetdevLocation::Host { .. }) | None => None,
+                };
+                match rail::remove_routing(pod, ifname, &record, plugin.knobs.lock_timeout) {
+                    Ok(()) => state.rail = None,
+                    Err(list) => problems.append_in("rail routing", list),
+                }
+            }
+            // Its rules and table went with the namespace.
+            None => state.rail = None,
+        }
+    }
 
     if let Some(path) = state.device_info_file.clone() {
         match device_info::remove(&path) {
