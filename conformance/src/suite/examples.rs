@@ -13,6 +13,9 @@
 //!   simulated PF/RDMA layer, a veth standing in for the VF netdev); the
 //!   simulated layer is in an rdma-sriov built with its `fake-hardware`
 //!   feature, as `cargo build --all-targets` and `cargo test` build it;
+//!   with `rail`, the pod must also have the rail's ARP sysctls and a rule
+//!   from each address to a table routing out of the VF, and DEL must take
+//!   the rules away;
 //! - macvlan, ipvlan and vlan name a `master`, host-device a `device`: the
 //!   NIC of a GPU node. A veth of that name (MTU 9000, as RoCE NICs run)
 //!   stands in for it in the fake host, and DEL must give host-device's
@@ -388,6 +391,13 @@ fn one_example(
             })(),
         );
     }
+    let rail = wants_rail(&raw);
+    if rail {
+        report.check(
+            id("the rail has its sysctls, and a rule from each address to a table of its own"),
+            rail_routing(&pod, ifname, &result_json(&result)),
+        );
+    }
     if version_at_least(&version, "0.4.0") && !run_list.disable_check {
         report.check(
             id("CHECK succeeds"),
@@ -402,6 +412,18 @@ fn one_example(
             .map_err(|e| e.to_string())
             .and_then(|_| leftovers(&scene, &pod, ifname, &run_list.name)),
     );
+    if rail {
+        report.check(
+            id("DEL removes the rail's rules"),
+            source_rules(&pod).and_then(|rules| {
+                if rules.is_empty() {
+                    Ok(String::new())
+                } else {
+                    Err(format!("rules left in the pod: {rules:?}"))
+                }
+            }),
+        );
+    }
     for device in &host_links.moved {
         report.check(
             id(&format!("DEL gives {device} back to the host")),
@@ -484,6 +506,73 @@ fn stand_in_host_links(raw: &Value, scene: &Scene) -> Step<StandInLinks> {
         ip(&["link", "set", &peer, "up"])?;
     }
     Ok(StandInLinks { moved })
+}
+
+/// Whether the file's rdma-sriov makes its VF a rail (`"rail": true` or an
+/// object).
+fn wants_rail(raw: &Value) -> bool {
+    raw["plugins"].as_array().into_iter().flatten().any(|p| {
+        p["type"] == "rdma-sriov"
+            && !matches!(p.get("rail"), None | Some(Value::Null | Value::Bool(false)))
+    })
+}
+
+/// `(source, table)` of the pod's rules that have a source.
+fn source_rules(pod: &Netns) -> Step<Vec<(String, String)>> {
+    let mut rules = Vec::new();
+    for family in ["-4", "-6"] {
+        let listed = pod.ip_json(&[family, "rule"]).map_err(|e| e.to_string())?;
+        for rule in listed.as_array().into_iter().flatten() {
+            let source = rule["src"].as_str().unwrap_or("all");
+            if source != "all" {
+                let table = rule["table"].as_str().unwrap_or_default();
+                rules.push((source.to_string(), table.to_string()));
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// A rail as rdma-sriov's README describes it: ARP and reverse-path
+/// sysctls on the VF (arp_ignore 1, arp_announce 2, rp_filter 2), and for
+/// each address of the result a rule to a table whose default route
+/// leaves by the VF.
+fn rail_routing(pod: &Netns, ifname: &str, result: &Value) -> Step<String> {
+    for (name, wanted) in [
+        ("arp_ignore", "1"),
+        ("arp_announce", "2"),
+        ("rp_filter", "2"),
+    ] {
+        let path = format!("/proc/sys/net/ipv4/conf/{ifname}/{name}");
+        let value = pod.exec("cat", &[&path]).map_err(|e| e.to_string())?;
+        if value.trim() != wanted {
+            return Err(format!("{path} is {}, expected {wanted}", value.trim()));
+        }
+    }
+    let rules = source_rules(pod)?;
+    let mut found = Vec::new();
+    for address in result_addresses(result) {
+        let ip = address.split('/').next().unwrap_or_default();
+        let table = rules
+            .iter()
+            .find(|(source, _)| source == ip)
+            .map(|(_, table)| table.clone())
+            .ok_or_else(|| format!("no rule from {ip} in the pod (rules: {rules:?})"))?;
+        let family = if ip.contains(':') { "-6" } else { "-4" };
+        let routes = pod
+            .ip(&[family, "route", "show", "table", &table])
+            .map_err(|e| e.to_string())?;
+        let leaves_by_vf = routes
+            .lines()
+            .any(|r| r.starts_with("default via ") && r.contains(&format!(" dev {ifname} ")));
+        if !leaves_by_vf {
+            return Err(format!(
+                "table {table} of {ip} has no default route out of {ifname}: {routes:?}"
+            ));
+        }
+        found.push(format!("from {ip} lookup {table}"));
+    }
+    Ok(found.join(", "))
 }
 
 /// The pod's interface carries the result's addresses (lo: is up).
