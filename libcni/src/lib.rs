@@ -20,6 +20,7 @@ pub mod device;
 pub mod device_info;
 pub mod error;
 pub mod go_compat;
+pub mod hwaddr;
 pub mod iface;
 pub mod invoke;
 pub mod lock;

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use libcni::args::ArgsError;
 use libcni::go_compat::{self, GoStruct};
+use libcni::hwaddr;
 use libcni::skel::CmdArgs;
 
 use crate::error::TuningError;
@@ -346,7 +347,7 @@ fn resolve(raw: RawConf, env_mac: Option<&str>, ifname: &str) -> Result<TuningCo
     let mac = match mac.as_str() {
         "" => None,
         text => Some(Mac {
-            bytes: parse_mac(text).ok_or_else(|| ConfigError::InvalidMac(text.to_string()))?,
+            bytes: hwaddr::parse(text).ok_or_else(|| ConfigError::InvalidMac(text.to_string()))?,
         }),
     };
     let mtu = match u32::try_from(mtu) {
@@ -410,29 +411,6 @@ pub fn sysctl_path(key: &str, ifname: &str) -> Result<String, ConfigError> {
         ));
     }
     Ok(relative.to_string())
-}
-
-/// A hardware address in one of Go's `net.ParseMAC` forms: two-digit hex
-/// groups separated by `:` or `-`, or four-digit groups separated by `.`,
-/// for 6 (Ethernet), 8 (EUI-64) or 20 (InfiniBand) octets.
-pub fn parse_mac(text: &str) -> Option<Vec<u8>> {
-    let (separator, digits) = match text.as_bytes().get(2) {
-        Some(b':') => (':', 2),
-        Some(b'-') => ('-', 2),
-        _ if text.as_bytes().get(4) == Some(&b'.') => ('.', 4),
-        _ => return None,
-    };
-    let mut bytes = Vec::new();
-    for group in text.split(separator) {
-        if group.len() != digits || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        for pair in group.as_bytes().chunks(2) {
-            let pair = std::str::from_utf8(pair).ok()?;
-            bytes.push(u8::from_str_radix(pair, 16).ok()?);
-        }
-    }
-    matches!(bytes.len(), 6 | 8 | 20).then_some(bytes)
 }
 
 #[cfg(test)]
@@ -652,42 +630,6 @@ mod tests {
                 e.to_string().starts_with("invalid net sysctl key"),
                 "{key:?}: {e}"
             );
-        }
-    }
-
-    #[test]
-    fn macs_in_go_forms() {
-        assert_eq!(
-            parse_mac("02:00:5E:10:00:01").unwrap(),
-            [2, 0, 0x5e, 0x10, 0, 1]
-        );
-        assert_eq!(
-            parse_mac("02-00-5e-10-00-01").unwrap(),
-            [2, 0, 0x5e, 0x10, 0, 1]
-        );
-        assert_eq!(
-            parse_mac("0200.5e10.0001").unwrap(),
-            [2, 0, 0x5e, 0x10, 0, 1]
-        );
-        assert_eq!(parse_mac("02:00:5e:10:00:01:02:03").unwrap().len(), 8);
-        assert_eq!(
-            parse_mac("00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01")
-                .unwrap()
-                .len(),
-            20
-        );
-        for bad in [
-            "",
-            "02:00:5e:10:00",
-            "02:00:5e:10:00:01:",
-            "02:00-5e:10:00:01",
-            "020:0:5e:10:00:01",
-            "g2:00:5e:10:00:01",
-            "02:00:5e:10:00:01:02",
-            "+2:00:5e:10:00:01",
-            "0200.5e10.000",
-        ] {
-            assert_eq!(parse_mac(bad), None, "{bad:?}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use libcni::netlink::{format_mac, LinkAttrs, NetlinkError, RouteSocket};
 
-use crate::config::{parse_mac, TuningConf};
+use crate::config::TuningConf;
 use crate::saved::SavedLink;
 
 /// One attribute of the container interface and its value.
@@ -94,7 +94,7 @@ pub fn restores(saved: &SavedLink) -> (Vec<LinkSetting>, Option<String>) {
         settings.push(LinkSetting::Mtu(mtu));
     }
     if let Some(text) = saved.mac.as_deref().filter(|m| !m.is_empty()) {
-        match parse_mac(text) {
+        match libcni::hwaddr::parse(text) {
             Some(mac) => settings.push(LinkSetting::Mac(mac)),
             None => bad_mac = Some(text.to_string()),
         }
