@@ -91,26 +91,23 @@ pub struct TuningConf {
 /// the order of the sysctl keys and the second of two equal ones.
 #[derive(Debug, Default)]
 pub struct RawConf {
+    /// The settings; `args.cni` may name each of them again.
+    link: LinkKeys,
     pub data_dir: Option<String>,
-    sysctl: Option<SysctlEntries>,
-    mac: Option<String>,
-    promisc: Option<bool>,
-    mtu: Option<i64>,
-    tx_queue_len: Option<i64>,
-    allmulti: Option<bool>,
     runtime_config: Option<RuntimeConfig>,
     args: Option<ArgsSection>,
 }
 
 impl GoStruct for RawConf {
+    /// [`LinkKeys::FIELDS`] first, then the keys of the top level only.
     const FIELDS: &'static [&'static str] = &[
-        "dataDir",
         "sysctl",
         "mac",
         "promisc",
         "mtu",
-        "txQLen",
         "allmulti",
+        "txQLen",
+        "dataDir",
         "runtimeConfig",
         "args",
     ];
@@ -120,16 +117,45 @@ impl GoStruct for RawConf {
         index: usize,
         map: &mut A,
     ) -> Result<(), A::Error> {
+        match index.checked_sub(LinkKeys::FIELDS.len()) {
+            None => self.link.decode_field(index, map)?,
+            Some(0) => self.data_dir = map.next_value()?,
+            Some(1) => self.runtime_config = map.next_value()?,
+            Some(_) => self.args = map.next_value()?,
+        }
+        Ok(())
+    }
+}
+
+/// The settings a configuration names at its top level and again in
+/// `args.cni`, where each key that is present replaces the configured
+/// value.
+#[derive(Debug, Default)]
+struct LinkKeys {
+    sysctl: Option<SysctlEntries>,
+    mac: Option<String>,
+    promisc: Option<bool>,
+    mtu: Option<i64>,
+    allmulti: Option<bool>,
+    tx_queue_len: Option<i64>,
+}
+
+impl GoStruct for LinkKeys {
+    const FIELDS: &'static [&'static str] =
+        &["sysctl", "mac", "promisc", "mtu", "allmulti", "txQLen"];
+
+    fn decode_field<'de, A: MapAccess<'de>>(
+        &mut self,
+        index: usize,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
         match index {
-            0 => self.data_dir = map.next_value()?,
-            1 => self.sysctl = map.next_value()?,
-            2 => self.mac = map.next_value()?,
-            3 => self.promisc = map.next_value()?,
-            4 => self.mtu = map.next_value()?,
-            5 => self.tx_queue_len = map.next_value()?,
-            6 => self.allmulti = map.next_value()?,
-            7 => self.runtime_config = map.next_value()?,
-            _ => self.args = map.next_value()?,
+            0 => self.sysctl = map.next_value()?,
+            1 => self.mac = map.next_value()?,
+            2 => self.promisc = map.next_value()?,
+            3 => self.mtu = map.next_value()?,
+            4 => self.allmulti = map.next_value()?,
+            _ => self.tx_queue_len = map.next_value()?,
         }
         Ok(())
     }
@@ -153,9 +179,10 @@ impl GoStruct for RuntimeConfig {
     }
 }
 
+/// `args`, of which only `args.cni` is read.
 #[derive(Debug, Default)]
 struct ArgsSection {
-    cni: Option<CniArgsSection>,
+    cni: Option<LinkKeys>,
 }
 
 impl GoStruct for ArgsSection {
@@ -171,38 +198,6 @@ impl GoStruct for ArgsSection {
     }
 }
 
-/// `args.cni`: each key that is present replaces the configured value.
-#[derive(Debug, Default)]
-struct CniArgsSection {
-    sysctl: Option<SysctlEntries>,
-    mac: Option<String>,
-    promisc: Option<bool>,
-    mtu: Option<i64>,
-    allmulti: Option<bool>,
-    tx_queue_len: Option<i64>,
-}
-
-impl GoStruct for CniArgsSection {
-    const FIELDS: &'static [&'static str] =
-        &["sysctl", "mac", "promisc", "mtu", "allmulti", "txQLen"];
-
-    fn decode_field<'de, A: MapAccess<'de>>(
-        &mut self,
-        index: usize,
-        map: &mut A,
-    ) -> Result<(), A::Error> {
-        match index {
-            0 => self.sysctl = map.next_value()?,
-            1 => self.mac = map.next_value()?,
-            2 => self.promisc = map.next_value()?,
-            3 => self.mtu = map.next_value()?,
-            4 => self.allmulti = map.next_value()?,
-            _ => self.tx_queue_len = map.next_value()?,
-        }
-        Ok(())
-    }
-}
-
 /// Serde entry points of the structs above, all through
 /// [`go_compat::deserialize_struct`].
 macro_rules! deserialize_as_go_struct {
@@ -214,7 +209,7 @@ macro_rules! deserialize_as_go_struct {
         }
     )*};
 }
-deserialize_as_go_struct!(RawConf, RuntimeConfig, ArgsSection, CniArgsSection);
+deserialize_as_go_struct!(RawConf, LinkKeys, RuntimeConfig, ArgsSection);
 
 /// A `sysctl` object in the order written. A key given twice is kept
 /// aside (a map would silently keep the last value) so that the
@@ -293,12 +288,12 @@ fn env_mac(args: &CmdArgs) -> Result<Option<String>, ArgsError> {
 /// Applies the precedence rules and validates every value.
 fn resolve(raw: RawConf, env_mac: Option<&str>, ifname: &str) -> Result<TuningConf, ConfigError> {
     let data_dir = data_dir(&raw);
-    let mut sysctl = raw.sysctl.unwrap_or_default();
-    let mut mac = raw.mac.unwrap_or_default();
-    let mut promisc = raw.promisc.unwrap_or(false);
-    let mut mtu = raw.mtu.unwrap_or(0);
-    let mut allmulti = raw.allmulti;
-    let mut tx_queue_len = raw.tx_queue_len;
+    let mut sysctl = raw.link.sysctl.unwrap_or_default();
+    let mut mac = raw.link.mac.unwrap_or_default();
+    let mut promisc = raw.link.promisc.unwrap_or(false);
+    let mut mtu = raw.link.mtu.unwrap_or(0);
+    let mut allmulti = raw.link.allmulti;
+    let mut tx_queue_len = raw.link.tx_queue_len;
 
     // An empty override is no override, except in args.cni where the
     // reference takes whatever is present.
