@@ -288,113 +288,63 @@ mod tests {
         assert_eq!(field_for_key(&["address"], "addresses"), None);
     }
 
-    /// `{"runtimeConfig": {"mac": ...}, "sysctl": {...}}` with the sysctl
-    /// keys in the order written.
+    /// `{"mac": ..., "runtimeConfig": {"mac": ...}}`, noting the fields in
+    /// the order their keys came.
     #[derive(Debug, Default, PartialEq)]
     struct Conf {
         mac: Option<String>,
-        sysctl: Vec<(String, String)>,
-        runtime_mac: Option<String>,
-    }
-
-    #[derive(Debug, Default, PartialEq)]
-    struct Runtime {
-        mac: Option<String>,
-    }
-
-    struct InOrder(Vec<(String, String)>);
-
-    impl<'de> serde::Deserialize<'de> for InOrder {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = InOrder;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a map")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InOrder, A::Error> {
-                    let mut entries = Vec::new();
-                    while let Some(entry) = map.next_entry()? {
-                        entries.push(entry);
-                    }
-                    Ok(InOrder(entries))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
-
-    impl GoStruct for Runtime {
-        const FIELDS: &'static [&'static str] = &["mac"];
-        fn decode_field<'de, A: MapAccess<'de>>(
-            &mut self,
-            _: usize,
-            map: &mut A,
-        ) -> Result<(), A::Error> {
-            self.mac = map.next_value()?;
-            Ok(())
-        }
-    }
-
-    impl<'de> serde::Deserialize<'de> for Runtime {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            deserialize_struct(d)
-        }
+        runtime_config: Option<Box<Conf>>,
+        seen: Vec<&'static str>,
     }
 
     impl GoStruct for Conf {
-        const FIELDS: &'static [&'static str] = &["mac", "sysctl", "runtimeConfig"];
+        const FIELDS: &'static [&'static str] = &["mac", "runtimeConfig"];
         fn decode_field<'de, A: MapAccess<'de>>(
             &mut self,
             index: usize,
             map: &mut A,
         ) -> Result<(), A::Error> {
+            self.seen.push(Self::FIELDS[index]);
             match index {
                 0 => self.mac = map.next_value()?,
-                1 => self.sysctl = map.next_value::<InOrder>()?.0,
-                _ => self.runtime_mac = map.next_value::<Option<Runtime>>()?.and_then(|r| r.mac),
+                _ => self.runtime_config = map.next_value()?,
             }
             Ok(())
         }
     }
 
+    impl<'de> serde::Deserialize<'de> for Conf {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            deserialize_struct(d)
+        }
+    }
+
     fn decode(text: &str) -> Result<Conf, serde_json::Error> {
-        deserialize_struct(&mut serde_json::Deserializer::from_str(text))
+        serde_json::from_str(text)
     }
 
     #[test]
     fn structs_decode_from_the_text_as_go_decodes_them() {
         let conf = decode(
-            r#"{"RuntimeConfig": {"MAC": "c2:11:22:33:44:66"}, "other": [1, {"x": 2}],
-                "sysctl": {"net.b": "1", "net.a": "2"}, "Mac": "x"}"#,
+            r#"{"RuntimeConfig": {"MAC": "c2:11:22:33:44:66"}, "other": [1, {"mac": 2}],
+                "Mac": "x"}"#,
         )
         .unwrap();
-        assert_eq!(
-            conf,
-            Conf {
-                mac: Some("x".into()),
-                sysctl: vec![("net.b".into(), "1".into()), ("net.a".into(), "2".into())],
-                runtime_mac: Some("c2:11:22:33:44:66".into()),
-            }
-        );
+        assert_eq!(conf.mac.as_deref(), Some("x"));
+        assert_eq!(conf.seen, ["runtimeConfig", "mac"]);
+        let inner = conf.runtime_config.unwrap();
+        assert_eq!(inner.mac.as_deref(), Some("c2:11:22:33:44:66"));
         // The last key of a field wins, whatever its spelling.
+        let conf = decode(r#"{"mac": "a", "MAC": "b"}"#).unwrap();
         assert_eq!(
-            decode(r#"{"mac": "a", "MAC": "b"}"#)
-                .unwrap()
-                .mac
-                .as_deref(),
-            Some("b")
+            (conf.mac.as_deref(), conf.seen),
+            (Some("b"), vec!["mac", "mac"])
         );
+        let conf = decode(r#"{"MAC": "b", "mac": "a"}"#).unwrap();
+        assert_eq!(conf.mac.as_deref(), Some("a"));
         assert_eq!(
-            decode(r#"{"MAC": "b", "mac": "a"}"#)
-                .unwrap()
-                .mac
-                .as_deref(),
-            Some("a")
-        );
-        assert_eq!(
-            decode(r#"{"runtimeConfig": null}"#).unwrap(),
-            Conf::default()
+            decode(r#"{"runtimeConfig": null}"#).unwrap().runtime_config,
+            None
         );
         for bad in [r#"[]"#, r#"{"mac": 5}"#, r#"{"runtimeConfig": 5}"#] {
             assert!(decode(bad).is_err(), "{bad}");
