@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat;
+use libcni::iface::{parse_unicast_mac, MacError};
 use libcni::plugin_conf::PluginConf;
 use libcni::skel::validate_interface_name;
 use libcni::types::Dns;
@@ -75,7 +76,7 @@ pub enum ConfigError {
     InvalidMac {
         origin: MacSource,
         value: String,
-        reason: &'static str,
+        reason: MacError,
     },
     #[error(transparent)]
     Args(#[from] ArgsError),
@@ -374,31 +375,6 @@ fn container_mac(fields: &Fields<'_>, cni_args: &str) -> Result<Option<[u8; 6]>,
             value: value.to_string(),
             reason,
         })
-}
-
-/// `aa:bb:cc:dd:ee:ff` or `aa-bb-cc-dd-ee-ff`; a container needs a unicast,
-/// non-zero address.
-pub fn parse_unicast_mac(text: &str) -> Result<[u8; 6], &'static str> {
-    let separator = if text.contains('-') { '-' } else { ':' };
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(separator);
-    for byte in mac.iter_mut() {
-        let part = parts.next().ok_or("expected 6 bytes")?;
-        if part.len() != 2 {
-            return Err("expected two hex digits per byte");
-        }
-        *byte = u8::from_str_radix(part, 16).map_err(|_| "not a hex number")?;
-    }
-    if parts.next().is_some() {
-        return Err("expected 6 bytes");
-    }
-    if mac[0] & 1 == 1 {
-        return Err("multicast address");
-    }
-    if mac == [0; 6] {
-        return Err("all-zero address");
-    }
-    Ok(mac)
 }
 
 fn trunk_entries(items: &[Value]) -> Result<Vec<TrunkEntry>, ConfigError> {

@@ -198,22 +198,11 @@ fn prerouting_rules(
         .collect())
 }
 
-/// `aa:bb:cc:dd:ee:ff` (either case, `-` accepted too).
+/// The container's MAC, in any of Go's forms for 6 bytes.
 fn parse_mac(text: &str) -> Result<[u8; 6], SpoofCheckError> {
-    let invalid = || SpoofCheckError::InvalidMac(text.to_string());
-    let mut mac = [0u8; 6];
-    let mut parts = text.split([':', '-']);
-    for byte in &mut mac {
-        let part = parts.next().ok_or_else(invalid)?;
-        if part.len() != 2 {
-            return Err(invalid());
-        }
-        *byte = u8::from_str_radix(part, 16).map_err(|_| invalid())?;
-    }
-    if parts.next().is_some() {
-        return Err(invalid());
-    }
-    Ok(mac)
+    libcni::hwaddr::parse(text)
+        .and_then(|bytes| <[u8; 6]>::try_from(bytes).ok())
+        .ok_or_else(|| SpoofCheckError::InvalidMac(text.to_string()))
 }
 
 /// The interface name as `nft` compares it: NUL-padded to IFNAMSIZ.
@@ -251,6 +240,8 @@ mod tests {
             "",
             "02:00:00:00:00",
             "02:00:00:00:00:01:02",
+            // An address, but not an Ethernet one.
+            "02:00:00:00:00:01:02:03",
             "2:0:0:0:0:1",
             "zz:00:00:00:00:01",
             "é:",
