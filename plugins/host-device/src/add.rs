@@ -293,9 +293,9 @@ impl Call<'_> {
                 .err()
                 .map(|e| e.to_string()),
             Undo::DeviceInfo { path, before } => match before {
-                Some(bytes) => libcni::state_file::write_atomically(&path, &bytes)
-                    .err()
-                    .map(|e| e.to_string()),
+                // In place, so the file keeps the mode the runtime reads it
+                // with.
+                Some(bytes) => fs::write(&path, bytes).err().map(|e| e.to_string()),
                 None => device_info::remove(&path).err().map(|e| e.to_string()),
             },
         };
