@@ -40,10 +40,6 @@ const HOST_DEVICE_DEL: &str = "host-device 1.1.1 DEL enters CNI_NETNS and looks 
      \"eth0\": Link not found`) or the netns is gone, and then skips IPAM DEL (the lease leaks); \
      the later failures of the DEL scenarios follow from that";
 
-const HOST_DEVICE_ARGS: &str = "host-device 1.1.1 parses CNI_ARGS strictly although it takes no \
-     key from them (`ARGS: unknown args`), so runtimes' K8S_POD_* arguments without \
-     IgnoreUnknown fail it";
-
 const CHECK_MAIN_TABLE: &str = "macvlan CHECK looks for the route to the pod's subnet in the main \
      table only; sbr, chained after it as on every RDMA rail, has moved that route into the \
      interface's own table, so CHECK of a macvlan + sbr network always fails (`Failed to find \
@@ -142,10 +138,6 @@ pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
         check_id: "host-device: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
         reason: OWN_NETNS,
-    },
-    KnownIssue {
-        check_id: "host-device: CNI_ARGS with unknown keys (it takes none) is accepted",
-        reason: HOST_DEVICE_ARGS,
     },
     KnownIssue {
         check_id: "host-device: DEL with the netns gone succeeds and releases what ADD took",

@@ -4,7 +4,9 @@
 //!
 //! It knows the plugin types of [`probe::KNOWN_TYPES`] and exercises those
 //! the directory has, at every spec version each claims (its VERSION
-//! answer decides). Everything runs in
+//! answer decides). A type whose link this kernel cannot make (ipvlan and
+//! vlan on some kernels) gets its VERSION checks and one `skip` line for
+//! the rest, with the reason. Everything runs in
 //! network namespaces the suite creates (a fake host per scenario, where
 //! the plugins run, and pods), with leases and caches in private folders:
 //! the machine's own network is never touched.
@@ -72,6 +74,14 @@ pub struct SuiteOptions {
     pub echo: bool,
 }
 
+/// The id of the one line that stands for every scenario of a plugin
+/// whose link type this kernel lacks (see
+/// [`Subject::missing_kernel_support`]): `skip` with the reason, or `FAIL`
+/// when the probe could not tell.
+pub fn kernel_skip_id(plugin: &str) -> String {
+    format!("{plugin}: ADD, CHECK, DEL, bad input and GC scenarios")
+}
+
 /// Runs the suite and returns the report (its lines were printed as they
 /// came when `echo` is set).
 pub fn run(opts: &SuiteOptions) -> Report {
@@ -92,12 +102,33 @@ pub fn run(opts: &SuiteOptions) -> Report {
         return report;
     }
     let wants = |g: Group| opts.groups.contains(&g);
+    let scenario_groups = [Group::Verbs, Group::BadInput, Group::Del, Group::Gc];
     for plugin in &cat.plugins {
         let Some(subject) = Subject::for_plugin(&plugin.name) else {
             continue;
         };
         if wants(Group::Verbs) {
             plugin_checks::version_checks(&mut report, plugin);
+        }
+        if scenario_groups.into_iter().any(wants) {
+            match subject.missing_kernel_support() {
+                Ok(None) => {}
+                Ok(Some(reason)) => {
+                    report.skip(kernel_skip_id(&plugin.name), reason);
+                    continue;
+                }
+                Err(e) => {
+                    report.check(
+                        kernel_skip_id(&plugin.name),
+                        Err(format!(
+                            "cannot tell whether this kernel has the link type: {e}"
+                        )),
+                    );
+                    continue;
+                }
+            }
+        }
+        if wants(Group::Verbs) {
             plugin_checks::verb_checks(&mut report, plugin, subject);
             if subject == Subject::Loopback {
                 plugin_checks::loopback_passthrough(&mut report, plugin);

@@ -154,7 +154,7 @@ pub fn verb_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
         };
         report.check(
             vid("ADD takes effect"),
-            subject.verify_added(&scene, &pod, version, &result),
+            subject.verify_added(&scene, &pod, version, &conf, &result),
         );
 
         let mut with_prev = conf.clone();
@@ -634,7 +634,12 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
     }
     let dir = plugin.dir();
     match subject {
-        Subject::HostLocal | Subject::Bridge | Subject::Macvlan | Subject::HostDevice => {
+        Subject::HostLocal
+        | Subject::Bridge
+        | Subject::Macvlan
+        | Subject::Ipvlan
+        | Subject::Vlan
+        | Subject::HostDevice => {
             for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
                 let what = if key == "cni.dev/valid-attachments" {
                     "GC with cni.dev/valid-attachments releases only stale leases".to_string()
@@ -651,10 +656,11 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
                         let conf = subject.conf(&scene, "1.1.0");
                         let mut ips = Vec::new();
                         for (cid, pod) in [("suite-gc-keep", &keep), ("suite-gc-stale", &stale)] {
-                            // host-device needs a device for each pod.
-                            subject.prepare(&scene, pod)?;
+                            // Each pod's own attachment: host-device needs a
+                            // device per pod, vlan a VLAN id per pod.
+                            let attachment = subject.conf_with_prev(&scene, "1.1.0", pod)?;
                             let r = scene
-                                .run(plugin, &scene.call("ADD", cid, &pod.path_string(), "eth0").stdin_json(&conf))?
+                                .run(plugin, &scene.call("ADD", cid, &pod.path_string(), "eth0").stdin_json(&attachment))?
                                 .result()?;
                             ips.push(super::scene::first_ipv4(&r).ok_or("no IPv4 in result")?.to_string());
                         }

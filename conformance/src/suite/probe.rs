@@ -10,7 +10,7 @@ use super::sandbox::Call;
 use crate::testnet::ALL_VERSIONS;
 
 /// The plugin types the suite has scenarios for, in report order.
-pub const KNOWN_TYPES: [&str; 11] = [
+pub const KNOWN_TYPES: [&str; 13] = [
     "loopback",
     "host-local",
     "bridge",
@@ -18,6 +18,8 @@ pub const KNOWN_TYPES: [&str; 11] = [
     "rdma-sriov",
     "cluster-ipam",
     "macvlan",
+    "ipvlan",
+    "vlan",
     "host-device",
     "static",
     "tuning",

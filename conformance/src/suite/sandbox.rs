@@ -566,3 +566,24 @@ pub fn kernel_has_bridge_vlan_filtering() -> Result<bool, SandboxError> {
         ])
         .is_ok())
 }
+
+/// Whether this kernel can make a link of `link_type` (what follows `type`
+/// in `ip link add`, such as `["ipvlan", "mode", "l2"]`): tried on a veth
+/// parent in a scratch namespace. `Ok(false)` only when the kernel says it
+/// knows no such type; any other failure is an error, since then the
+/// probe tells nothing.
+pub fn kernel_makes_link(link_type: &[&str]) -> Result<bool, SandboxError> {
+    let ns = Netns::create("linkprobe")?;
+    ns.ip(&[
+        "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+    ])?;
+    let mut args = vec!["link", "add", "link", "probe0", "name", "probe2", "type"];
+    args.extend_from_slice(link_type);
+    match ns.ip(&args) {
+        Ok(_) => Ok(true),
+        Err(SandboxError::Command { detail, .. }) if detail.contains("Unknown device type") => {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::sandbox::Netns;
+use super::sandbox::{kernel_makes_link, Netns, SandboxError};
 use super::scene::{result_at, Scene, BRIDGE, GATEWAY, SUBNET};
 use super::shape::{normalize_result, result_addresses};
 
@@ -17,6 +17,10 @@ pub enum Subject {
     Portmap,
     /// A macvlan link on a master in the fake host ([`MACVLAN_MASTER`]).
     Macvlan,
+    /// An l2 ipvlan link on a master in the fake host ([`IPVLAN_MASTER`]).
+    Ipvlan,
+    /// VLAN [`VLAN_ID`] on a master in the fake host ([`VLAN_MASTER`]).
+    Vlan,
     /// Moves a link of the fake host ([`HOST_DEVICE`]) into the pod.
     HostDevice,
     /// IPAM that hands out the address its configuration names.
@@ -29,6 +33,12 @@ pub enum Subject {
 
 /// The master link of the macvlan scenarios, made in each fake host.
 pub const MACVLAN_MASTER: &str = "suite-m0";
+/// The master link of the ipvlan scenarios, made in each fake host.
+pub const IPVLAN_MASTER: &str = "suite-i0";
+/// The master link of the vlan scenarios, made in each fake host.
+pub const VLAN_MASTER: &str = "suite-v0";
+/// The VLAN id of the vlan scenarios' links.
+pub const VLAN_ID: u64 = 100;
 /// The link host-device scenarios move, made in each fake host.
 pub const HOST_DEVICE: &str = "suite-hd0";
 /// The address `static` scenarios configure, and the chained plugins'
@@ -52,6 +62,8 @@ impl Subject {
             "bridge" => Some(Subject::Bridge),
             "portmap" => Some(Subject::Portmap),
             "macvlan" => Some(Subject::Macvlan),
+            "ipvlan" => Some(Subject::Ipvlan),
+            "vlan" => Some(Subject::Vlan),
             "host-device" => Some(Subject::HostDevice),
             "static" => Some(Subject::Static),
             "tuning" => Some(Subject::Tuning),
@@ -67,6 +79,8 @@ impl Subject {
             Subject::Bridge => "bridge",
             Subject::Portmap => "portmap",
             Subject::Macvlan => "macvlan",
+            Subject::Ipvlan => "ipvlan",
+            Subject::Vlan => "vlan",
             Subject::HostDevice => "host-device",
             Subject::Static => "static",
             Subject::Tuning => "tuning",
@@ -92,6 +106,8 @@ impl Subject {
             Subject::Loopback
                 | Subject::Bridge
                 | Subject::Macvlan
+                | Subject::Ipvlan
+                | Subject::Vlan
                 | Subject::HostDevice
                 | Subject::Tuning
                 | Subject::Sbr
@@ -108,8 +124,10 @@ impl Subject {
                 | Subject::Macvlan
                 | Subject::Static
                 | Subject::Tuning
-                // Through its IPAM plugin, which reads them.
+                // Through their IPAM plugin, which reads them.
                 | Subject::HostDevice
+                | Subject::Ipvlan
+                | Subject::Vlan
         )
     }
 
@@ -145,6 +163,16 @@ impl Subject {
                 "master": MACVLAN_MASTER, "mode": "bridge",
                 "ipam": scene.ipam(SUBNET),
             }),
+            Subject::Ipvlan => json!({
+                "cniVersion": version, "name": name, "type": "ipvlan",
+                "master": IPVLAN_MASTER, "mode": "l2",
+                "ipam": scene.ipam(SUBNET),
+            }),
+            Subject::Vlan => json!({
+                "cniVersion": version, "name": name, "type": "vlan",
+                "master": VLAN_MASTER, "vlanId": VLAN_ID,
+                "ipam": scene.ipam(SUBNET),
+            }),
             Subject::HostDevice => json!({
                 "cniVersion": version, "name": name, "type": "host-device",
                 "device": HOST_DEVICE,
@@ -168,18 +196,74 @@ impl Subject {
         }
     }
 
+    /// The link the scenarios need in the fake host: the master of a
+    /// macvlan, ipvlan or vlan link, or the device host-device moves.
+    fn host_link(self) -> Option<&'static str> {
+        match self {
+            Subject::Macvlan => Some(MACVLAN_MASTER),
+            Subject::Ipvlan => Some(IPVLAN_MASTER),
+            Subject::Vlan => Some(VLAN_MASTER),
+            Subject::HostDevice => Some(HOST_DEVICE),
+            Subject::Loopback
+            | Subject::HostLocal
+            | Subject::Bridge
+            | Subject::Portmap
+            | Subject::Static
+            | Subject::Tuning
+            | Subject::Sbr => None,
+        }
+    }
+
+    /// The link type the scenarios make that a kernel may lack, as
+    /// `ip link add link PARENT name NAME type ...` takes it.
+    pub fn kernel_link_type(self) -> Option<&'static [&'static str]> {
+        match self {
+            Subject::Ipvlan => Some(&["ipvlan", "mode", "l2"]),
+            Subject::Vlan => Some(&["vlan", "id", "1"]),
+            Subject::Loopback
+            | Subject::HostLocal
+            | Subject::Bridge
+            | Subject::Portmap
+            | Subject::Macvlan
+            | Subject::HostDevice
+            | Subject::Static
+            | Subject::Tuning
+            | Subject::Sbr => None,
+        }
+    }
+
+    /// Why the scenarios cannot run on this kernel: `Ok(Some(reason))`
+    /// when it cannot make the subject's link type (tried in a scratch
+    /// namespace), `Ok(None)` when it can or none is needed, `Err` when
+    /// the probe itself could not be set up.
+    pub fn missing_kernel_support(self) -> Result<Option<String>, SandboxError> {
+        let Some(link_type) = self.kernel_link_type() else {
+            return Ok(None);
+        };
+        Ok(if kernel_makes_link(link_type)? {
+            None
+        } else {
+            Some(format!(
+                "this kernel cannot make {} links (`ip link add ... type {}` in a scratch netns: \
+                 Unknown device type); they run on a kernel that has them, such as the qemu \
+                 guest of conformance/tests/qemu_suite.rs",
+                link_type[0],
+                link_type.join(" ")
+            ))
+        })
+    }
+
     /// What the pod and the fake host must hold before the plugin runs:
-    /// the macvlan master in the host; for the chained plugins, the `eth0`
+    /// the macvlan, ipvlan or vlan master, or host-device's device, in the
+    /// host; for the chained plugins, the `eth0`
     /// their prevResult names (a veth whose peer stays in the pod), with
     /// its address for `sbr`, as the plugin before them would leave it.
     pub fn prepare(self, scene: &Scene, pod: &Netns) -> Result<(), String> {
         let ip = |ns: &Netns, args: &[&str]| ns.ip(args).map(|_| ()).map_err(|e| e.to_string());
         match self {
-            Subject::Macvlan | Subject::HostDevice => {
-                let link = if self == Subject::Macvlan {
-                    MACVLAN_MASTER
-                } else {
-                    HOST_DEVICE
+            Subject::Macvlan | Subject::Ipvlan | Subject::Vlan | Subject::HostDevice => {
+                let Some(link) = self.host_link() else {
+                    return Ok(());
                 };
                 if !scene.has_link(&scene.host, link)? {
                     // The peer's name is new each time: host-device moves
@@ -251,7 +335,11 @@ impl Subject {
         result_at(version, &v1).map(Some)
     }
 
-    /// The configuration with prevResult, as a runtime sends it.
+    /// The configuration of one attachment, with prevResult, as a
+    /// runtime sends it. Each vlan attachment gets a VLAN id of its own: a
+    /// master holds each id once, and a pod netns an earlier scenario
+    /// deleted may still hold its link (and id) for a moment, since the
+    /// kernel destroys a netns's links asynchronously.
     pub fn conf_with_prev(
         self,
         scene: &Scene,
@@ -260,18 +348,26 @@ impl Subject {
     ) -> Result<Value, String> {
         self.prepare(scene, pod)?;
         let mut conf = self.conf(scene, version);
+        if self == Subject::Vlan {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // 802.1Q ids go up to 4094.
+            conf["vlanId"] = json!(VLAN_ID + n % (4094 - VLAN_ID));
+        }
         if let Some(prev) = self.prev_result(version, pod)? {
             conf["prevResult"] = prev;
         }
         Ok(conf)
     }
 
-    /// Whether ADD did what it should, seen from outside the plugin.
+    /// Whether ADD of `conf` did what it should, seen from outside the
+    /// plugin.
     pub fn verify_added(
         self,
         scene: &Scene,
         pod: &Netns,
         version: &str,
+        conf: &Value,
         result: &Value,
     ) -> Result<String, String> {
         match self {
@@ -344,6 +440,43 @@ impl Subject {
                 }
                 Ok(format!("pod eth0 is a macvlan with {want}"))
             }
+            Subject::Ipvlan => {
+                let link = sublink_added(pod, result, "ipvlan")?;
+                let data = &link["linkinfo"]["info_data"];
+                if data["mode"] != "l2" {
+                    return Err(format!("pod eth0 is not an l2 ipvlan: {link}"));
+                }
+                // An ipvlan link has its parent's MAC.
+                let master = scene
+                    .host
+                    .link(IPVLAN_MASTER)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no {IPVLAN_MASTER} in the host"))?;
+                if link["address"] != master["address"] {
+                    return Err(format!(
+                        "pod eth0 has MAC {}, its master {}",
+                        link["address"], master["address"]
+                    ));
+                }
+                Ok(
+                    "pod eth0 is an l2 ipvlan with the master's MAC and the result's address"
+                        .into(),
+                )
+            }
+            Subject::Vlan => {
+                let link = sublink_added(pod, result, "vlan")?;
+                let data = &link["linkinfo"]["info_data"];
+                if data["id"] != conf["vlanId"] || data["protocol"] != "802.1Q" {
+                    return Err(format!(
+                        "pod eth0 is not 802.1Q VLAN {}: {link}",
+                        conf["vlanId"]
+                    ));
+                }
+                Ok(format!(
+                    "pod eth0 is VLAN {} with the result's address",
+                    conf["vlanId"]
+                ))
+            }
             Subject::HostDevice => {
                 let want = result_addresses(result)
                     .first()
@@ -411,7 +544,7 @@ impl Subject {
     pub fn verify_deleted(self, scene: &Scene, pod: &Netns) -> Result<String, String> {
         match self {
             Subject::Loopback | Subject::Portmap | Subject::Static => Ok(String::new()),
-            Subject::Macvlan => {
+            Subject::Macvlan | Subject::Ipvlan | Subject::Vlan => {
                 if scene.has_link(pod, "eth0")? {
                     return Err("pod still has eth0".into());
                 }
@@ -419,7 +552,12 @@ impl Subject {
                 if !leased.is_empty() {
                     return Err(format!("leases left: {leased:?}"));
                 }
-                Ok("eth0 and lease gone".into())
+                if let Some(master) = self.host_link() {
+                    if !scene.has_link(&scene.host, master)? {
+                        return Err(format!("the master {master} is gone from the host"));
+                    }
+                }
+                Ok("eth0 and lease gone, the master stays".into())
             }
             Subject::HostDevice => {
                 if scene.has_link(pod, "eth0")? {
@@ -490,6 +628,27 @@ impl Subject {
             }
         }
     }
+}
+
+/// The pod's `eth0` (`ip -d -j link`) when it is a link of `kind` with the
+/// result's first address.
+fn sublink_added(pod: &Netns, result: &Value, kind: &str) -> Result<Value, String> {
+    let want = result_addresses(result)
+        .first()
+        .cloned()
+        .ok_or_else(|| format!("no address in the result {result}"))?;
+    let links = pod
+        .ip_json(&["-d", "link", "show", "eth0"])
+        .map_err(|e| e.to_string())?;
+    let link = links[0].clone();
+    if link["linkinfo"]["info_kind"] != kind {
+        return Err(format!("pod eth0 is not a {kind} link: {links}"));
+    }
+    let have = pod.addresses("eth0").map_err(|e| e.to_string())?;
+    if !have.contains(&want) {
+        return Err(format!("pod eth0 has {have:?}, result says {want}"));
+    }
+    Ok(link)
 }
 
 /// Whether the pod has a policy rule from `ip` to sbr's first table.
