@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use libcni::device_info::{self, PciDeviceInfo, Written};
 use libcni::iface::{configure_iface, Announce};
+use libcni::lock::FileLock;
 use libcni::netlink::RouteSocket;
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -20,8 +21,8 @@ use libcni::version::SpecVersion;
 
 use crate::config::NetConf;
 use crate::error::HostDeviceError;
-use crate::lookup::find_host_link;
-use crate::plugin::{open_netns, store, HostDevice};
+use crate::lookup::{find_host_link, LookupError};
+use crate::plugin::{lock_device, open_netns, store, HostDevice};
 use crate::rdma;
 use crate::state::{AttachmentState, DeviceInfoChange, SavedLink, StateStore, STATE_VERSION};
 use crate::transfer::{move_into_pod, move_out_of_pod, saved_link, Sides};
@@ -56,6 +57,8 @@ struct Call<'a> {
     pod_ns: NetNs,
     /// Opened when the device moves (not in DPDK mode).
     sockets: Option<Sockets>,
+    /// Held from the lookup to the end of ADD, rollback included.
+    device_lock: Option<FileLock>,
 }
 
 struct Sockets {
@@ -85,6 +88,7 @@ pub fn add(plugin: &HostDevice, args: &CmdArgs) -> Result<AnyResult, HostDeviceE
         conf,
         pod_ns,
         sockets: None,
+        device_lock: None,
     };
     let mut undo = Vec::new();
     let outcome = call.run(&mut undo);
@@ -139,7 +143,14 @@ impl Call<'_> {
                 .selector
                 .as_ref()
                 .ok_or(crate::config::ConfigError::NoSelector)?;
-            let link = find_host_link(&mut sockets.host, &self.plugin.sysfs, selector)?;
+            let found = find_host_link(&mut sockets.host, &self.plugin.sysfs, selector)?;
+            self.device_lock = Some(lock_device(&self.conf, &found.name)?);
+            // Another call may have taken it while this one waited.
+            let link = sockets
+                .host
+                .link_by_index(found.index)?
+                .filter(|link| link.name == found.name)
+                .ok_or_else(|| LookupError::NotFound(selector.describe()))?;
             let alias = sockets
                 .host
                 .link_identity(link.index)?

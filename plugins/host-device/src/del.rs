@@ -31,7 +31,7 @@ use libcni::skel::CmdArgs;
 use crate::config::{NetConf, Selector};
 use crate::error::HostDeviceError;
 use crate::lookup::find_host_link;
-use crate::plugin::{store, HostDevice};
+use crate::plugin::{lock_device, store, HostDevice};
 use crate::rdma;
 use crate::state::{AttachmentState, DeviceInfoChange, SavedLink, StateStore};
 use crate::transfer::{move_out_of_pod, restore_in_host, Sides};
@@ -157,6 +157,7 @@ fn return_device(
                     saved_from_alias(alias, pod_link.index)
                 }
             };
+            let _lock = lock_device(conf, &saved.name)?;
             let recorded = state.map(|s| s.rdma_devices.as_slice()).unwrap_or(&[]);
             let rdma = rdma::devices_to_return(plugin.rdma.as_ref(), pod_ns, ifname, recorded)
                 .and_then(|devices| {
@@ -257,6 +258,7 @@ fn restore_leftover(
         );
         return Ok(());
     };
+    let _lock = lock_device(conf, &saved.name)?;
     log::info!(
         "{ifname:?} is back in the host (link #{index}): restoring it as {:?}",
         saved.name

@@ -7,6 +7,8 @@
 //! - the IPAM plugin's own error: the IPAM plugin's code;
 //! - state and device-info files that cannot be written, sysfs that
 //!   cannot be read: 5;
+//! - another call holding the device's lock too long, a physical device
+//!   not back yet from a deleted namespace: 11;
 //! - everything the kernel refused and CHECK's findings: 999, with a
 //!   message naming the device and the step.
 
@@ -14,6 +16,7 @@ use libcni::device_info::DeviceInfoError;
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
+use libcni::lock::LockError;
 use libcni::netlink::rdma::RdmaError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
@@ -40,8 +43,10 @@ pub enum HostDeviceError {
 
     #[error(transparent)]
     Lookup(#[from] LookupError),
-    #[error("failed to move link {0}")]
+    #[error("failed to move link: {0}")]
     Transfer(#[source] TransferError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("DEL of {ifname:?}: {source}")]
     Restore {
         ifname: String,
@@ -128,14 +133,8 @@ impl ToCniError for HostDeviceError {
             HostDeviceError::Iface(e) => return e.to_cni_error(),
             HostDeviceError::Ipam { source, .. } => return source.to_cni_error(),
             HostDeviceError::Config(_) => ErrorCode::InvalidNetworkConfig,
-            HostDeviceError::NetNs { source, .. } => match source {
-                NetNsError::NotExist { .. } => ErrorCode::UnknownContainer,
-                NetNsError::NotNetNs { .. } => ErrorCode::InvalidEnvironment,
-                NetNsError::Open { .. }
-                | NetNsError::Switch { .. }
-                | NetNsError::Thread { .. }
-                | NetNsError::SwitchBack { .. } => ErrorCode::Internal,
-            },
+            HostDeviceError::NetNs { source, .. } => source.error_code(),
+            HostDeviceError::Lock(e) => e.error_code(),
             HostDeviceError::Lookup(e) => match e {
                 LookupError::NotFound(_)
                 | LookupError::DeviceMissing { .. }

@@ -2,9 +2,11 @@
 //! have their own modules.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use libcni::device::{is_userspace_driver, BusDevice, Sysfs};
 use libcni::invoke::{Delegator, PluginEnv, RawExec};
+use libcni::lock::{FileLock, LockError, LockWait};
 use libcni::netlink::rdma::{NetlinkRdmaOps, RdmaOps};
 use libcni::netns::NetNs;
 use libcni::plugin_conf::{GcAttachment, LEGACY_ATTACHMENTS_KEY, VALID_ATTACHMENTS_KEY};
@@ -78,6 +80,30 @@ pub(crate) fn open_netns(path: &str) -> Result<NetNs, HostDeviceError> {
         path: path.to_string(),
         source,
     })
+}
+
+/// How long a call waits for another one working on the same device.
+const DEVICE_LOCK_WAIT: LockWait = LockWait {
+    timeout: Duration::from_secs(10),
+    holder: "another host-device call on this device",
+};
+
+/// Serialises the calls that move one host device (two pods handed the
+/// same device at once would otherwise interleave their renames and
+/// moves). Keyed by the device's host name, which is what ADD looks up
+/// and DEL restores; one lock file per name under `dataDir/locks`.
+pub(crate) fn lock_device(conf: &NetConf, host_name: &str) -> Result<FileLock, HostDeviceError> {
+    let path = conf
+        .data_dir
+        .join("locks")
+        .join(format!("{host_name}.lock"));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| LockError::Open {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(FileLock::acquire(&path, DEVICE_LOCK_WAIT)?)
 }
 
 /// The state store of this configuration's network.

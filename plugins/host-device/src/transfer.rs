@@ -25,9 +25,10 @@ use crate::state::SavedLink;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
-    #[error("failed to {step}: {source}")]
+    /// The netlink error names the operation; `device` names the link.
+    #[error("{device}: {source}")]
     Netlink {
-        step: String,
+        device: String,
         #[source]
         source: NetlinkError,
     },
@@ -43,9 +44,9 @@ pub enum TransferError {
     Random(String),
 }
 
-fn netlink(step: impl Into<String>) -> impl FnOnce(NetlinkError) -> TransferError {
-    let step = step.into();
-    move |source| TransferError::Netlink { step, source }
+fn netlink(device: impl Into<String>) -> impl FnOnce(NetlinkError) -> TransferError {
+    let device = device.into();
+    move |source| TransferError::Netlink { device, source }
 }
 
 /// What a host link looks like before it is handed over.
@@ -70,13 +71,17 @@ pub fn returns_to_host(kind: Option<&str>) -> bool {
 }
 
 /// Renames the (down) link to a fresh temporary name, retrying on a clash.
-fn rename_temporary(socket: &mut RouteSocket, index: u32) -> Result<String, TransferError> {
+fn rename_temporary(
+    socket: &mut RouteSocket,
+    index: u32,
+    name: &str,
+) -> Result<String, TransferError> {
     for _ in 0..NAME_ATTEMPTS {
         let temp = random_link_name().map_err(|e| TransferError::Random(e.to_string()))?;
         match socket.set_name(index, &temp) {
             Ok(()) => return Ok(temp),
             Err(e) if e.is_exists() => continue,
-            Err(e) => return Err(netlink(format!("rename link #{index} to {temp:?}"))(e)),
+            Err(e) => return Err(netlink(name)(e)),
         }
     }
     Err(TransferError::NamesTaken(NAME_ATTEMPTS))
@@ -104,10 +109,7 @@ pub fn move_into_pod(
         sides
             .host
             .set_alias(index, Some(&saved.name))
-            .map_err(netlink(format!(
-                "set alias {:?} on {:?}",
-                saved.name, saved.name
-            )))?;
+            .map_err(netlink(&saved.name))?;
         let pod_index = send_across(sides.host, sides.pod, sides.pod_ns, index)?;
         in_pod = Some(pod_index);
         name_and_raise(sides.pod, pod_index, ifname, true)
@@ -140,16 +142,14 @@ fn name_and_raise(
                 ifname: name.to_string(),
             })
         }
-        Err(e) => return Err(netlink(format!("rename link #{index} to {name:?}"))(e)),
+        Err(e) => return Err(netlink(name)(e)),
     }
     if up {
-        socket
-            .set_link_up(index)
-            .map_err(netlink(format!("set {name:?} up")))?;
+        socket.set_link_up(index).map_err(netlink(name))?;
     }
     socket
         .link_by_index(index)
-        .map_err(netlink(format!("read back {name:?}")))?
+        .map_err(netlink(name))?
         .ok_or_else(|| TransferError::Vanished(name.to_string()))
 }
 
@@ -164,18 +164,13 @@ fn send_across(
 ) -> Result<u32, TransferError> {
     let link = from
         .link_by_index(index)
-        .map_err(netlink(format!("find link #{index}")))?
+        .map_err(netlink(format!("link #{index}")))?
         .ok_or_else(|| TransferError::Vanished(format!("link #{index}")))?;
     // Links are renamed only when down.
-    from.set_link_down(index)
-        .map_err(netlink(format!("set {:?} down", link.name)))?;
-    let sent = rename_temporary(from, index).and_then(|temp| {
+    from.set_link_down(index).map_err(netlink(&link.name))?;
+    let sent = rename_temporary(from, index, &link.name).and_then(|temp| {
         from.set_netns_fd(index, to_ns.file().as_fd())
-            .map_err(netlink(format!(
-                "move {:?} to {}",
-                link.name,
-                to_ns.path().display()
-            )))?;
+            .map_err(netlink(&link.name))?;
         Ok(temp)
     });
     let temp = match sent {
@@ -190,7 +185,7 @@ fn send_across(
     };
     let arrived = to
         .link_by_name(&temp)
-        .map_err(netlink(format!("find {temp:?} after the move")))?
+        .map_err(netlink(&temp))?
         .ok_or(TransferError::Vanished(temp))?;
     Ok(arrived.index)
 }
@@ -211,7 +206,7 @@ pub fn move_out_of_pod(
     let clash = sides
         .host
         .link_by_name(&saved.name)
-        .map_err(netlink(format!("look up {:?} in the host", saved.name)))?;
+        .map_err(netlink(&saved.name))?;
     if clash.is_some() {
         return Err(taken());
     }
@@ -238,7 +233,7 @@ pub fn restore_in_host(
 ) -> Result<(), TransferError> {
     let link = host
         .link_by_index(index)
-        .map_err(netlink(format!("find link #{index}")))?
+        .map_err(netlink(format!("link #{index}")))?
         .ok_or_else(|| TransferError::Vanished(saved.name.clone()))?;
     let mut first_error = None;
     let mut note = |result: Result<(), TransferError>| {
@@ -249,10 +244,7 @@ pub fn restore_in_host(
     };
     if link.name != saved.name {
         if link.up {
-            note(
-                host.set_link_down(index)
-                    .map_err(netlink(format!("set {:?} down", link.name))),
-            );
+            note(host.set_link_down(index).map_err(netlink(&link.name)));
         }
         match host.set_name(index, &saved.name) {
             Ok(()) => {}
@@ -262,35 +254,21 @@ pub fn restore_in_host(
                     name: saved.name.clone(),
                 })
             }
-            Err(e) => {
-                return Err(netlink(format!(
-                    "restore {:?} to original name {:?}",
-                    link.name, saved.name
-                ))(e))
-            }
+            Err(e) => return Err(netlink(&link.name)(e)),
         }
     }
     if let Some(mac) = parse_hardware_address(&saved.mac).filter(|mac| *mac != link.mac) {
-        note(host.set_mac(index, &mac).map_err(netlink(format!(
-            "restore MAC {} on {:?}",
-            saved.mac, saved.name
-        ))));
+        note(host.set_mac(index, &mac).map_err(netlink(&saved.name)));
     }
     if saved.mtu != 0 && saved.mtu != link.mtu {
-        note(host.set_mtu(index, saved.mtu).map_err(netlink(format!(
-            "restore MTU {} on {:?}",
-            saved.mtu, saved.name
-        ))));
+        note(host.set_mtu(index, saved.mtu).map_err(netlink(&saved.name)));
     }
     note(
         host.set_alias(index, saved.alias.as_deref())
-            .map_err(netlink(format!("restore the alias of {:?}", saved.name))),
+            .map_err(netlink(&saved.name)),
     );
     if saved.up {
-        note(
-            host.set_link_up(index)
-                .map_err(netlink(format!("set {:?} up", saved.name))),
-        );
+        note(host.set_link_up(index).map_err(netlink(&saved.name)));
     }
     first_error.map_or(Ok(()), Err)
 }

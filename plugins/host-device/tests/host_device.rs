@@ -741,3 +741,58 @@ fn a_physical_device_not_back_yet_is_try_again_later() {
     );
     assert!(f.leases().is_empty(), "the address leaked");
 }
+
+/// Two pods handed the same device at once: one gets it, the other fails
+/// cleanly (the device is not in the host any more), and nothing is left
+/// half-moved; a per-device lock orders the two.
+#[test]
+fn two_adds_of_one_device_at_once() {
+    let f = Fixture::new("hdrace");
+    let other_pod = TestNetns::new("hdrace-q");
+    let conf = f.conf("1.0.0", json!({"device": DEVICE}));
+    for round in 0..5 {
+        let (a, b) = std::thread::scope(|scope| {
+            let a = scope.spawn(|| f.call("ADD", &conf, IFNAME, &f.pod_path));
+            let b = scope.spawn(|| {
+                PluginCall::new("ADD")
+                    .attachment("ctr-2", &other_pod.path(), IFNAME)
+                    .stdin_json(&conf)
+                    .in_netns(&f.host)
+                    .run(Path::new(PLUGIN))
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!(
+            [a.code, b.code].iter().filter(|c| **c == 0).count(),
+            1,
+            "round {round}: {} / {}",
+            a.stdout,
+            b.stdout
+        );
+        let (winner, loser, winner_id) = if a.code == 0 {
+            (f.pod(), &b, CONTAINER_ID)
+        } else {
+            (&other_pod, &a, "ctr-2")
+        };
+        assert_eq!(loser.error_code(), 7, "round {round}: {}", loser.stdout);
+        let moved = link(winner, IFNAME).unwrap();
+        assert_eq!(moved["ifalias"], DEVICE);
+        assert!(is_up(&moved), "{moved}");
+        assert_eq!(f.state_files(), vec![format!("{winner_id}@{IFNAME}.json")]);
+        // No temporary name left anywhere.
+        for ns in [&f.host, f.pod(), &other_pod] {
+            assert!(
+                !ns.links().iter().any(|l| l.starts_with("veth")),
+                "round {round}: {:?}",
+                ns.links()
+            );
+        }
+        PluginCall::new("DEL")
+            .attachment(winner_id, &winner.path(), IFNAME)
+            .stdin_json(&conf)
+            .in_netns(&f.host)
+            .run(Path::new(PLUGIN))
+            .assert_ok();
+        assert_device_home(&f);
+    }
+}
