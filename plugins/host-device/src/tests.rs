@@ -476,3 +476,23 @@ fn an_auxiliary_device_id_selects_its_netdev() {
     let (status, out) = s.call("ADD", &conf);
     assert_eq!((status, out["code"].as_u64()), (1, Some(7)), "{out}");
 }
+
+/// The reference's untagged `DPDKMode`, set by hand without a PCI
+/// function: nothing moves, the result names only the interface.
+#[test]
+fn dpdk_mode_by_hand_moves_nothing() {
+    let s = Scene::new("hduk", None);
+    let conf = s.conf("1.0.0", json!({"DPDKMode": true}));
+    let (host_links, pod_links) = (s.host.links(), s.pod.links());
+    let result = s.ok("ADD", &conf);
+    assert_eq!(
+        result["interfaces"],
+        json!([{"name": "net1", "sandbox": s.pod.path().display().to_string()}])
+    );
+    assert_eq!(
+        (s.host.links(), s.pod.links()),
+        (host_links.clone(), pod_links.clone())
+    );
+    s.ok("DEL", &conf);
+    assert_eq!((s.host.links(), s.pod.links()), (host_links, pod_links));
+}

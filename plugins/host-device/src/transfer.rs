@@ -272,3 +272,17 @@ pub fn restore_in_host(
     }
     first_error.map_or(Ok(()), Err)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_links_without_a_kind_and_can_devices_come_back() {
+        assert!(returns_to_host(None));
+        assert!(returns_to_host(Some("can")));
+        for virtual_kind in ["veth", "macvlan", "vlan", "vcan", "dummy", "bond"] {
+            assert!(!returns_to_host(Some(virtual_kind)), "{virtual_kind}");
+        }
+    }
+}

@@ -534,6 +534,14 @@ fn every_spec_version() {
     }
     let conf = f.conf("1.1.0", json!({"device": DEVICE, "ipam": f.static_ipam()}));
     f.call("STATUS", &conf, "", Path::new("")).assert_ok();
+    // STATUS asks the IPAM plugin, and reports when it cannot.
+    let conf = f.conf(
+        "1.1.0",
+        json!({"device": DEVICE, "ipam": {"type": "no-such-ipam"}}),
+    );
+    let out = f.call("STATUS", &conf, "", Path::new(""));
+    assert_eq!(out.error_code(), 999, "{}", out.stdout);
+    assert!(out.stdout.contains("no-such-ipam"), "{}", out.stdout);
 }
 
 #[test]
