@@ -47,9 +47,10 @@ die() { printf 'prepare: error: %s\n' "$*" >&2; exit 1; }
 # gcc-12 + make: the netdevsim build (the Debian 6.1 headers ask for gcc-12);
 # xz-utils: the linux-source tarball; iproute2 (ip, rdma, bridge), jq,
 # ibverbs-utils (ibv_devinfo), ibverbs-providers (rxe) and libibverbs1:
-# copied into the guest together with their shared libraries.
+# copied into the guest together with their shared libraries; binutils:
+# run.sh strips the debug sections of the binaries it puts in the guest.
 host_packages=(qemu-system-x86 busybox-static kmod cpio gcc-12 make xz-utils
-    iproute2 jq ibverbs-utils ibverbs-providers libibverbs1)
+    iproute2 jq ibverbs-utils ibverbs-providers libibverbs1 binutils)
 missing=()
 for pkg in "${host_packages[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

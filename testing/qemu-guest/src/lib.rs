@@ -72,6 +72,56 @@ pub enum GuestError {
     NoScript(PathBuf),
     #[error("{0} is not a file: build it first (`cargo build -p <crate>`)")]
     NoBinary(PathBuf),
+    #[error("guest folder {0}: must be an absolute path without ..")]
+    GuestDir(PathBuf),
+}
+
+/// Where [`QemuGuest::run`] puts the binaries of a run (also `CNI_PATH`
+/// and the last folder of `PATH` in the guest).
+pub const GUEST_BIN_DIR: &str = "/usr/local/bin";
+
+/// Binaries for one folder of the guest, each under its file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFolder {
+    /// An absolute path in the guest.
+    pub dir: PathBuf,
+    pub binaries: Vec<PathBuf>,
+}
+
+impl GuestFolder {
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        binaries: impl IntoIterator<Item = impl AsRef<Path>>,
+    ) -> GuestFolder {
+        GuestFolder {
+            dir: dir.into(),
+            binaries: binaries
+                .into_iter()
+                .map(|b| b.as_ref().to_path_buf())
+                .collect(),
+        }
+    }
+
+    /// run.sh's arguments for this folder: `--into DIR BINARY...`.
+    fn run_args(&self) -> Result<Vec<&std::ffi::OsStr>, GuestError> {
+        use std::path::Component;
+        let plain = self.dir.is_absolute()
+            && self.dir.components().all(|c| {
+                matches!(
+                    c,
+                    Component::RootDir | Component::CurDir | Component::Normal(_)
+                )
+            });
+        if !plain {
+            return Err(GuestError::GuestDir(self.dir.clone()));
+        }
+        if let Some(missing) = self.binaries.iter().find(|binary| !binary.is_file()) {
+            return Err(GuestError::NoBinary(missing.clone()));
+        }
+        let mut args = vec![std::ffi::OsStr::new("--into"), self.dir.as_os_str()];
+        args.extend(self.binaries.iter().map(|b| b.as_os_str()));
+        Ok(args)
+    }
 }
 
 /// A prepared guest: kernel, modules and base initramfs in a cache
@@ -79,7 +129,12 @@ pub enum GuestError {
 #[derive(Debug, Clone)]
 pub struct QemuGuest {
     cache: PathBuf,
+    /// How long one boot may take; `None`: run.sh's default (300 s).
+    timeout: Option<Duration>,
 }
+
+/// run.sh's limit on one boot, in seconds.
+const RUN_TIMEOUT_VAR: &str = "QEMU_TIMEOUT";
 
 /// Whether guest tests run: [`ENABLE_VAR`]`=1` or one of `crate_vars` set
 /// to `1`.
@@ -187,14 +242,24 @@ impl QemuGuest {
                 stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
             });
         }
-        Ok(QemuGuest { cache })
+        Ok(QemuGuest {
+            cache,
+            timeout: None,
+        })
+    }
+
+    /// Lets each boot take up to `timeout` instead of run.sh's 300 s (a
+    /// script that runs for minutes under software emulation).
+    pub fn with_timeout(mut self, timeout: Duration) -> QemuGuest {
+        self.timeout = Some(timeout);
+        self
     }
 
     pub fn cache_dir(&self) -> &Path {
         &self.cache
     }
 
-    /// Boots the guest with `binaries` in /usr/local/bin (each with its
+    /// Boots the guest with `binaries` in [`GUEST_BIN_DIR`] (each with its
     /// shared libraries) and runs `script` in it. A guest that fails its
     /// checks is not an error here: see [`GuestRun::assert_passed`].
     pub fn run(
@@ -202,15 +267,28 @@ impl QemuGuest {
         script: &Path,
         binaries: &[impl AsRef<Path>],
     ) -> Result<GuestRun, GuestError> {
+        self.run_with_folders(script, &[GuestFolder::new(GUEST_BIN_DIR, binaries)])
+    }
+
+    /// [`QemuGuest::run`] with binaries in several guest folders, so that
+    /// two binaries of one name (ours and the reference's plugin) can both
+    /// be there, each in its own folder.
+    pub fn run_with_folders(
+        &self,
+        script: &Path,
+        folders: &[GuestFolder],
+    ) -> Result<GuestRun, GuestError> {
         if !script.is_file() {
             return Err(GuestError::NoScript(script.to_path_buf()));
         }
-        if let Some(missing) = binaries.iter().find(|binary| !binary.as_ref().is_file()) {
-            return Err(GuestError::NoBinary(missing.as_ref().to_path_buf()));
-        }
         let mut command = Command::new(scripts_dir().join("run.sh"));
         command.arg(&self.cache).arg(script);
-        command.args(binaries.iter().map(AsRef::as_ref));
+        if let Some(timeout) = self.timeout {
+            command.env(RUN_TIMEOUT_VAR, timeout.as_secs().max(1).to_string());
+        }
+        for folder in folders {
+            command.args(folder.run_args()?);
+        }
         let started = Instant::now();
         let output = run_command(&mut command)?;
         let console = String::from_utf8_lossy(&output.stdout).into_owned();

@@ -162,6 +162,7 @@ fn run_refuses_a_missing_script_or_binary() {
     let dir = tempfile::tempdir().unwrap();
     let guest = QemuGuest {
         cache: dir.path().to_path_buf(),
+        timeout: None,
     };
     let script = dir.path().join("guest-tests.sh");
     let e = guest.run(&script, &[] as &[PathBuf]).unwrap_err();
@@ -171,4 +172,25 @@ fn run_refuses_a_missing_script_or_binary() {
         .run(&script, &[dir.path().join("no-such-plugin")])
         .unwrap_err();
     assert!(matches!(e, GuestError::NoBinary(_)), "{e}");
+}
+
+#[test]
+fn guest_folders_are_absolute_and_plain() {
+    let binary = PathBuf::from("/bin/sh");
+    let folder = GuestFolder::new("/opt/cni/reference", [&binary]);
+    let args = folder.run_args().expect("a plain absolute folder");
+    assert_eq!(args, ["--into", "/opt/cni/reference", "/bin/sh"]);
+    for dir in ["opt/cni", "/opt/../etc", "/opt/cni/.."] {
+        assert!(
+            matches!(
+                GuestFolder::new(dir, [&binary]).run_args(),
+                Err(GuestError::GuestDir(_))
+            ),
+            "{dir} accepted"
+        );
+    }
+    assert!(matches!(
+        GuestFolder::new("/opt", ["/no/such/binary"]).run_args(),
+        Err(GuestError::NoBinary(_))
+    ));
 }
