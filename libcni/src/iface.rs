@@ -1,7 +1,8 @@
 //! The container interface of an attachment, from a 1.x result: what the
 //! reference's `ipam.ConfigureIface` does when ADD puts the addresses and
-//! routes on it ([`configure_iface`]), and what its CHECK helpers verify
-//! later ([`check_interface_ips`], [`check_routes`]).
+//! routes on it ([`configure_iface`], or its steps one at a time), and
+//! what its CHECK helpers verify later ([`check_interface_ips`],
+//! [`check_routes`], [`check_mac`]).
 //!
 //! Addresses, link state and routes go through a netlink socket bound to
 //! the container namespace; the `/proc/sys` writes need a thread inside it
@@ -91,6 +92,12 @@ pub enum IfaceError {
         destination: IpNetwork,
         gateway: Option<IpAddr>,
     },
+    #[error("Interface {ifname} MAC {expected} doesn't match the MAC found: {found}")]
+    MacMismatch {
+        ifname: String,
+        expected: String,
+        found: String,
+    },
 }
 
 impl IfaceError {
@@ -102,6 +109,7 @@ impl IfaceError {
             IfaceError::AddressMissing { .. }
                 | IfaceError::NoRouteToPrefix { .. }
                 | IfaceError::RouteMissing { .. }
+                | IfaceError::MacMismatch { .. }
         )
     }
 }
@@ -122,7 +130,8 @@ impl ToCniError for IfaceError {
             | IfaceError::Netlink(_)
             | IfaceError::AddressMissing { .. }
             | IfaceError::NoRouteToPrefix { .. }
-            | IfaceError::RouteMissing { .. } => ErrorCode::Internal,
+            | IfaceError::RouteMissing { .. }
+            | IfaceError::MacMismatch { .. } => ErrorCode::Internal,
         };
         CniError::new(code, self.to_string())
     }
@@ -166,6 +175,11 @@ pub fn interface_ips<'r>(
 /// addresses, the link up, the wait for DAD, then the routes, each
 /// without a gateway going through its family's first gateway. Returns
 /// the link.
+///
+/// A plugin that must order other work between these steps (bridge puts
+/// its gateway and masquerade between the addresses and the routes) calls
+/// them itself: [`enable_ipv6`] inside the namespace,
+/// [`configure_addresses`], [`add_routes`].
 pub fn configure_iface(
     netns: &NetNs,
     socket: &mut RouteSocket,
@@ -180,7 +194,7 @@ pub fn configure_iface(
         .link_by_name(ifname)?
         .ok_or_else(|| IfaceError::LinkNotFound(ifname.to_string()))?;
     let ips = interface_ips(result, ifname)?;
-    let has_ipv6 = ips.iter().any(|ip| ip.address.is_ipv6());
+    let has_ipv6 = has_ipv6(&ips);
     if has_ipv6 || announce.notify {
         netns
             .run(|| write_sysctls(ifname, has_ipv6, announce))
@@ -189,40 +203,83 @@ pub fn configure_iface(
                 source,
             })??;
     }
-    for ip in &ips {
+    configure_addresses(socket, link.index, ifname, &ips)?;
+    add_routes(socket, link.index, ifname, &result.routes, &ips)?;
+    Ok(link)
+}
+
+fn has_ipv6(ips: &[&v100::IpConfig]) -> bool {
+    ips.iter().any(|ip| ip.address.is_ipv6())
+}
+
+/// Adds `ips` to link `index` (named `ifname`), sets it up and, when one of
+/// them is IPv6, waits for DAD ([`settle_addresses`]): the part of
+/// [`configure_iface`] between the sysctls and the routes. IPv6 addresses
+/// need [`enable_ipv6`] first.
+pub fn configure_addresses(
+    socket: &mut RouteSocket,
+    index: u32,
+    ifname: &str,
+    ips: &[&v100::IpConfig],
+) -> Result<(), IfaceError> {
+    add_addresses(socket, index, ifname, ips)?;
+    socket
+        .set_link_up(index)
+        .map_err(|source| IfaceError::SetUp {
+            ifname: ifname.to_string(),
+            source,
+        })?;
+    if has_ipv6(ips) {
+        settle_addresses(socket, index, ifname, DAD_TIMEOUT)?;
+    }
+    Ok(())
+}
+
+/// Adds `ips` to link `index` (named `ifname`), and nothing else: an
+/// address that is already there is an error, as in the reference.
+pub fn add_addresses(
+    socket: &mut RouteSocket,
+    index: u32,
+    ifname: &str,
+    ips: &[&v100::IpConfig],
+) -> Result<(), IfaceError> {
+    for ip in ips {
         socket
-            .add_address(link.index, ip.address)
+            .add_address(index, ip.address)
             .map_err(|source| IfaceError::AddAddress {
                 address: ip.address,
                 ifname: ifname.to_string(),
                 source,
             })?;
     }
-    socket
-        .set_link_up(link.index)
-        .map_err(|source| IfaceError::SetUp {
-            ifname: ifname.to_string(),
-            source,
-        })?;
-    if has_ipv6 {
-        settle_addresses(socket, link.index, ifname, DAD_TIMEOUT)?;
-    }
+    Ok(())
+}
+
+/// Adds `routes` through link `index` (named `ifname`), each without a
+/// gateway going through the first gateway of its family among `ips`. A
+/// route that is already there is what was asked for.
+pub fn add_routes(
+    socket: &mut RouteSocket,
+    index: u32,
+    ifname: &str,
+    routes: &[ResultRoute],
+    ips: &[&v100::IpConfig],
+) -> Result<(), IfaceError> {
     let gateway_of = |v4: bool| {
         ips.iter()
             .filter_map(|ip| ip.gateway)
             .find(|gw| gw.is_ipv4() == v4)
     };
-    for route in &result.routes {
+    for route in routes {
         let mut wanted = Route::new(route.dst);
         wanted.gateway = route.gw.or_else(|| gateway_of(route.dst.is_ipv4()));
-        wanted.oif = Some(link.index);
+        wanted.oif = Some(index);
         wanted.table = route.table;
         wanted.scope = route.scope;
         wanted.priority = (route.priority != 0).then_some(route.priority);
         wanted.mtu = (route.mtu != 0).then_some(route.mtu);
         match socket.append_route(&wanted) {
             Ok(()) => {}
-            // The same route is already there: what was asked for.
             Err(e) if e.is_exists() => {}
             Err(source) => {
                 return Err(IfaceError::AddRoute {
@@ -236,7 +293,7 @@ pub fn configure_iface(
             }
         }
     }
-    Ok(link)
+    Ok(())
 }
 
 /// Runs inside the container namespace.
@@ -254,16 +311,25 @@ fn write_sysctls(ifname: &str, has_ipv6: bool, announce: Announce) -> Result<(),
         }
     }
     if has_ipv6 {
-        let failed = |source| IfaceError::Ipv6Sysctl {
-            ifname: ifname.to_string(),
-            source,
-        };
-        for name in ["lo", ifname] {
-            // `set` reads first and writes only a different value.
-            sysctl::set(&format!("net/ipv6/conf/{name}/disable_ipv6"), "0").map_err(failed)?;
-        }
-        sysctl::set(&format!("net/ipv6/conf/{ifname}/keep_addr_on_down"), "1").map_err(failed)?;
+        enable_ipv6(ifname)?;
     }
+    Ok(())
+}
+
+/// IPv6 on for `lo` and `ifname` (`disable_ipv6=0`), and `ifname`'s
+/// addresses kept when it goes down (`keep_addr_on_down=1`): what IPv6
+/// addresses need before [`configure_addresses`]. Runs inside the
+/// container namespace ([`NetNs::run`]).
+pub fn enable_ipv6(ifname: &str) -> Result<(), IfaceError> {
+    let failed = |source| IfaceError::Ipv6Sysctl {
+        ifname: ifname.to_string(),
+        source,
+    };
+    for name in ["lo", ifname] {
+        // `set` reads first and writes only a different value.
+        sysctl::set(&format!("net/ipv6/conf/{name}/disable_ipv6"), "0").map_err(failed)?;
+    }
+    sysctl::set(&format!("net/ipv6/conf/{ifname}/keep_addr_on_down"), "1").map_err(failed)?;
     Ok(())
 }
 
@@ -339,6 +405,16 @@ pub fn check_interface_ips(
     result: &v100::Result,
 ) -> Result<(), IfaceError> {
     let ips = interface_ips(result, &link.name)?;
+    check_addresses(socket, link, &ips)
+}
+
+/// CHECK of [`check_interface_ips`] for a list of IPs the caller chose:
+/// each is on `link`, with a route to its prefix.
+pub fn check_addresses(
+    socket: &mut RouteSocket,
+    link: &LinkInfo,
+    ips: &[&v100::IpConfig],
+) -> Result<(), IfaceError> {
     if ips.is_empty() {
         return Ok(());
     }
@@ -368,6 +444,20 @@ pub fn check_interface_ips(
         }
     }
     Ok(())
+}
+
+/// CHECK: `link` has the MAC the result gave its interface, if it gave one
+/// (compared without regard to case).
+pub fn check_mac(expected: &v100::Interface, link: &LinkInfo) -> Result<(), IfaceError> {
+    let found = link.mac_string();
+    if expected.mac.is_empty() || expected.mac.eq_ignore_ascii_case(&found) {
+        return Ok(());
+    }
+    Err(IfaceError::MacMismatch {
+        ifname: expected.name.clone(),
+        expected: expected.mac.clone(),
+        found,
+    })
 }
 
 /// CHECK: every route of the result is in its table (when it names none:
@@ -663,6 +753,23 @@ mod tests {
 
             check_interface_ips(&mut socket, &link, &result).unwrap();
             check_routes(&mut socket, &result.routes).unwrap();
+
+            // The MAC in either case, or none, passes; another is reported.
+            let mut entry = result.interfaces[0].clone();
+            for mac in [link.mac_string().to_uppercase(), String::new()] {
+                entry.mac = mac;
+                check_mac(&entry, &link).unwrap();
+            }
+            entry.mac = "02:00:00:00:00:01".into();
+            let error = check_mac(&entry, &link).unwrap_err();
+            assert!(error.is_check_finding());
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "Interface if-pod MAC 02:00:00:00:00:01 doesn't match the MAC found: {}",
+                    link.mac_string()
+                )
+            );
 
             let mut missing = result.clone();
             missing.routes.push(ResultRoute::new(

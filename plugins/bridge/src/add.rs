@@ -32,6 +32,7 @@ use std::thread::{self, Scope};
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
+use libcni::iface;
 use libcni::invoke::{Delegator, Exec, InvokeError};
 use libcni::netlink::{format_mac, LinkInfo, OperState, RouteSocket};
 use libcni::netns::NetNs;
@@ -261,11 +262,14 @@ impl<'a, E: Exec> Attach<'a, E> {
                     has_ipv6: result.ips.iter().any(|ip| ip.address.is_ipv6()),
                 },
             )?;
-            container::configure_addresses(
+            // Every IP IPAM gave is the container interface's (the result
+            // has no interfaces yet to index).
+            let container_ips: Vec<&v100::IpConfig> = result.ips.iter().collect();
+            iface::configure_addresses(
                 &mut self.container,
                 veth.container.index,
                 &self.args.ifname,
-                &result,
+                &container_ips,
             )?;
             if self.conf.is_gateway && !gateways.is_empty() {
                 vlan_gateway = self.add_gateways(&gateways)?;
@@ -301,11 +305,12 @@ impl<'a, E: Exec> Attach<'a, E> {
             // alternating between the two orders on one bridge. The final
             // state is the reference's; a failed route is rolled back like
             // any later step.
-            container::add_routes(
+            iface::add_routes(
                 &mut self.container,
                 veth.container.index,
                 &self.args.ifname,
-                &result,
+                &result.routes,
+                &container_ips,
             )?;
         } else if !self.conf.disable_container_interface {
             self.container

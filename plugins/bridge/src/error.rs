@@ -10,6 +10,7 @@
 //!   naming the operation and the interface.
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
@@ -63,10 +64,10 @@ pub enum BridgeError {
     AddressConflict(String, String),
     #[error("bridge port in error state: {0}")]
     PortNotUp(String),
-    #[error("IPv6 duplicate address detection failed for {address} on {ifname:?}")]
-    DadFailed { address: String, ifname: String },
-    #[error("IPv6 addresses on {ifname:?} still tentative after {seconds} s")]
-    DadTimeout { ifname: String, seconds: u64 },
+    /// The container interface's addresses and routes (ADD), and CHECK's
+    /// findings about them and the MACs.
+    #[error(transparent)]
+    Iface(#[from] IfaceError),
     #[error(transparent)]
     Masquerade(#[from] IpMasqError),
     #[error(transparent)]
@@ -132,6 +133,7 @@ impl ToCniError for BridgeError {
             BridgeError::Netlink(e) => e.to_cni_error(),
             BridgeError::Sysctl(e) => e.to_cni_error(),
             BridgeError::Vlan(e) => e.to_cni_error(),
+            BridgeError::Iface(e) => e.to_cni_error(),
             // The delegate's own error object, code and all, when it
             // printed one.
             BridgeError::Ipam { source, .. } => match source.plugin_error() {
@@ -156,8 +158,6 @@ impl ToCniError for BridgeError {
             | BridgeError::IpamNoIps
             | BridgeError::AddressConflict(..)
             | BridgeError::PortNotUp(_)
-            | BridgeError::DadFailed { .. }
-            | BridgeError::DadTimeout { .. }
             | BridgeError::Check(_)
             | BridgeError::Injected(_)
             | BridgeError::WorkerLost(_) => CniError::new(ErrorCode::Internal, self.to_string()),

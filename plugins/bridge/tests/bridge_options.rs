@@ -658,7 +658,10 @@ fn a_refused_route_undoes_everything_including_the_masquerade() {
         let out = fx.add(&c);
         assert_eq!(out.error_code(), 999, "{backend}");
         let msg = out.json()["msg"].as_str().unwrap_or_default().to_string();
-        assert!(msg.contains("failed to add route 192.168.77.0/24"), "{msg}");
+        assert!(
+            msg.contains("failed to add route '192.168.77.0/24 via 172.31.9.9 dev eth0'"),
+            "{msg}"
+        );
         assert_nothing_left(&fx);
         let rules = host_nat_rules(&fx);
         assert!(

@@ -15,6 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use libcni::device_info::{self, PciDeviceInfo};
+use libcni::iface;
 use libcni::netlink::rdma::RdmaNetnsMode;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
@@ -22,7 +23,6 @@ use libcni::skel::CmdArgs;
 use libcni::types::v100;
 use nix::errno::Errno;
 
-use crate::addressing;
 use crate::alloc::{netns_alive, AllocError, AllocationRecord, VfLock};
 use crate::config::{DeviceSelector, NetConf};
 use crate::error::PluginError;
@@ -395,7 +395,11 @@ fn setup(
 
     let (mac, mtu) = match &mut pod_link {
         Some((socket, link)) => {
-            addressing::configure(socket, link.index, &result)?;
+            // The link is up already (netdev::configure_in_pod); the
+            // IPs are all this interface's (interface 0, set above).
+            let ips: Vec<&v100::IpConfig> = result.ips.iter().collect();
+            iface::add_addresses(socket, link.index, &args.ifname, &ips)?;
+            iface::add_routes(socket, link.index, &args.ifname, &result.routes, &ips)?;
             (link.mac_string(), link.mtu)
         }
         // No netdev: the administrative MAC is the VF's address.

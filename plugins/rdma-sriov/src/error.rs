@@ -19,6 +19,7 @@
 
 use libcni::device_info::DeviceInfoError;
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
+use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::lock::LockError;
 use libcni::netlink::rdma::RdmaError;
@@ -65,6 +66,9 @@ pub enum PluginError {
     Netdev(#[from] NetdevError),
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
+    /// The pod interface's addresses and routes.
+    #[error(transparent)]
+    Iface(#[from] IfaceError),
     #[error(transparent)]
     Ipam(#[from] InvokeError),
     #[error("IPAM result: {0}")]
@@ -141,6 +145,7 @@ impl ToCniError for PluginError {
             PluginError::RollbackFailed { error, .. } => error.to_cni_error().code,
             PluginError::Teardown(problems) => problems.code(),
             PluginError::Rdma(e) => e.to_cni_error().code,
+            PluginError::Iface(e) => e.to_cni_error().code,
             PluginError::SourceRouting(e) => e.to_cni_error().code,
             PluginError::Lock(e) => e.error_code(),
             PluginError::NetNs(NetNsError::NotExist { .. }) => ErrorCode::UnknownContainer,

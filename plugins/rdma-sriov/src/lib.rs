@@ -20,7 +20,8 @@
 //! - [`vf`]: a VF, its PF and its RDMA device, from sysfs;
 //! - [`pf`]: PF-side VF settings ([`pf::PfLinkOps`]);
 //! - [`verbs`]: RDMA port state through libibverbs ([`verbs::PortQuery`]);
-//! - [`netdev`], [`addressing`]: the VF netdev and its addresses;
+//! - [`netdev`]: the VF netdev (its addresses and routes are
+//!   [`libcni::iface`]'s);
 //! - [`rail`]: the VF as one rail of a multi-rail pod (`"rail": true`):
 //!   ARP and reverse-path sysctls, and a routing table of its own;
 //! - [`state`], [`alloc`]: attachment records, VF locks and allocations;
@@ -33,7 +34,6 @@
 //!   tests enable): the stand-in for SR-IOV and RDMA hardware.
 
 pub mod add;
-pub mod addressing;
 pub mod alloc;
 pub mod check;
 pub mod config;
