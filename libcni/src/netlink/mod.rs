@@ -13,6 +13,8 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
+//! - [`retire`]: deleting a container's link without waiting for the
+//!   kernel's unregistration;
 //! - [`rdma`]: RDMA netlink ([`rdma::RdmaSocket`]: the RDMA namespace
 //!   mode, devices, moving a device to another namespace);
 //! - [`attributes`]: tolerant reading of raw attributes from kernel replies.
@@ -26,6 +28,7 @@ pub mod link_attrs;
 pub mod link_identity;
 pub mod netfilter;
 pub mod rdma;
+pub mod retire;
 pub mod route;
 pub mod route_entry;
 pub mod rule;

@@ -31,6 +31,7 @@ use nix::errno::Errno;
 
 pub use netlink_packet_route::link::{IpVlanMode, MacVlanMode};
 
+use super::retire;
 use super::route::{link_message, parse_link, IpFamily, LinkId, LinkInfo, RouteSocket};
 use super::socket::NetlinkError;
 use crate::error::{CniError, ErrorCode, ToCniError};
@@ -460,11 +461,19 @@ pub fn delete_in_container(netns_path: &str, ifname: &str) -> Result<bool, Delet
         source,
     };
     let mut socket = RouteSocket::open_in(&netns).map_err(netlink_failed)?;
-    match socket.delete_link(ifname) {
-        Ok(()) => Ok(true),
-        Err(e) if e.is_not_found() => Ok(false),
-        Err(e) => Err(netlink_failed(e)),
-    }
+    // A pod holds a handful of links: one dump finds `ifname` and any link
+    // an earlier DEL parked and did not get to delete.
+    let links = socket.list_links().map_err(netlink_failed)?;
+    retire::delete_parked(
+        &mut socket,
+        &retire::parked_links(&links, &["macvlan", "ipvlan", "vlan"]),
+    );
+    let Some(index) = links.iter().find(|l| l.name == ifname).map(|l| l.index) else {
+        return Ok(false);
+    };
+    // Deleted detached: the kernel's unregistration of the link was most
+    // of a DEL's time (see `retire`).
+    retire::retire(socket, index).map_err(netlink_failed)
 }
 
 /// Deletes a link while another error is being reported: its own failure
