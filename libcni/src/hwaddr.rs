@@ -32,6 +32,12 @@ pub fn parse(text: &str) -> Option<Vec<u8>> {
     matches!(address.len(), 6 | 8 | 20).then_some(address)
 }
 
+/// A 6-byte (Ethernet) address in one of the forms above, or `None` for
+/// anything else, a longer address included.
+pub fn parse_ethernet(text: &str) -> Option<[u8; 6]> {
+    parse(text)?.try_into().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +66,17 @@ mod tests {
             parse("AA:bb:CC:dd:EE:ff"),
             Some(vec![0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff])
         );
+    }
+
+    #[test]
+    fn ethernet_is_six_bytes_in_any_form() {
+        let six = Some([0x02, 0x00, 0x5e, 0x10, 0x00, 0x01]);
+        assert_eq!(parse_ethernet("02:00:5e:10:00:01"), six);
+        assert_eq!(parse_ethernet("02-00-5E-10-00-01"), six);
+        assert_eq!(parse_ethernet("0200.5e10.0001"), six);
+        assert_eq!(parse_ethernet("02:00:5e:10:00:00:00:01"), None);
+        assert_eq!(parse_ethernet("0200.5e10.0000.0001"), None);
+        assert_eq!(parse_ethernet("02:00:5e:10:00"), None);
     }
 
     #[test]

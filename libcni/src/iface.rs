@@ -23,6 +23,7 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressFlags;
 
 use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::hwaddr;
 use crate::netlink::{IpFamily, LinkInfo, NetlinkError, OperState, Route, RouteSocket};
 use crate::netns::{NetNs, NetNsError};
 use crate::sysctl::{self, SysctlError};
@@ -519,40 +520,10 @@ pub enum MacError {
 }
 
 /// A 6-byte Ethernet address in any of the forms Go's `net.ParseMAC`
-/// takes for 6 bytes, which must be unicast and non-zero to be given to
-/// an interface.
+/// takes for 6 bytes ([`hwaddr::parse_ethernet`]), which must be unicast and
+/// non-zero to be given to an interface.
 pub fn parse_unicast_mac(text: &str) -> Result<[u8; 6], MacError> {
-    let hex_byte = |pair: &str| {
-        (pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u8::from_str_radix(pair, 16).ok())
-            .flatten()
-    };
-    let mut mac = [0u8; 6];
-    let dotted = text.len() == 14 && text.as_bytes().get(4) == Some(&b'.');
-    if dotted {
-        let groups: Vec<&str> = text.split('.').collect();
-        if groups.len() != 3 || groups.iter().any(|g| g.len() != 4) {
-            return Err(MacError::Syntax);
-        }
-        for (i, group) in groups.iter().enumerate() {
-            let (high, low) = (group.get(..2), group.get(2..));
-            mac[2 * i] = high.and_then(hex_byte).ok_or(MacError::Syntax)?;
-            mac[2 * i + 1] = low.and_then(hex_byte).ok_or(MacError::Syntax)?;
-        }
-    } else {
-        let separator = match text.as_bytes().get(2) {
-            Some(b':') => ':',
-            Some(b'-') => '-',
-            _ => return Err(MacError::Syntax),
-        };
-        let parts: Vec<&str> = text.split(separator).collect();
-        if parts.len() != 6 {
-            return Err(MacError::Syntax);
-        }
-        for (byte, part) in mac.iter_mut().zip(&parts) {
-            *byte = hex_byte(part).ok_or(MacError::Syntax)?;
-        }
-    }
+    let mac = hwaddr::parse_ethernet(text).ok_or(MacError::Syntax)?;
     if mac[0] & 1 == 1 {
         return Err(MacError::Multicast);
     }
@@ -600,6 +571,9 @@ mod tests {
             "c2:11:22:33:44:+5",
             "c211.2233.44555",
             "c21.12233.4455",
+            // Go's 8- and 20-byte forms are addresses, but not Ethernet's.
+            "c2:11:22:33:44:55:66:77",
+            "c211.2233.4455.6677",
         ] {
             assert_eq!(parse_unicast_mac(bad), Err(MacError::Syntax), "{bad:?}");
         }

@@ -200,8 +200,7 @@ fn prerouting_rules(
 
 /// The container's MAC, in any of Go's forms for 6 bytes.
 fn parse_mac(text: &str) -> Result<[u8; 6], SpoofCheckError> {
-    libcni::hwaddr::parse(text)
-        .and_then(|bytes| <[u8; 6]>::try_from(bytes).ok())
+    libcni::hwaddr::parse_ethernet(text)
         .ok_or_else(|| SpoofCheckError::InvalidMac(text.to_string()))
 }
 

@@ -229,7 +229,7 @@ impl NetConf {
         let selector = if let Some(name) = device {
             Some(Selector::Name(name))
         } else if let Some(text) = hwaddr {
-            let mac = parse_hardware_address(&text).ok_or(ConfigError::BadHwaddr(text))?;
+            let mac = libcni::hwaddr::parse(&text).ok_or(ConfigError::BadHwaddr(text))?;
             Some(Selector::HwAddr(mac))
         } else if let Some(path) = kernelpath {
             check_kernel_path(&path)?;
@@ -273,38 +273,6 @@ fn check_kernel_path(path: &str) -> Result<(), ConfigError> {
         return Err(ConfigError::BadKernelPath(path.to_string()));
     }
     Ok(())
-}
-
-/// A hardware address as Go's `net.ParseMAC` reads it: 6, 8 or 20 bytes
-/// (Ethernet, EUI-64, IP over InfiniBand), as hex pairs separated by `:`
-/// or `-`, or as dot-separated groups of four hex digits.
-pub fn parse_hardware_address(text: &str) -> Option<Vec<u8>> {
-    let hex_byte = |pair: &str| {
-        (pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u8::from_str_radix(pair, 16).ok())
-            .flatten()
-    };
-    let bytes: Vec<u8> = match text.as_bytes().get(2) {
-        Some(b':') | Some(b'-') => {
-            let separator = if text.as_bytes()[2] == b':' { ':' } else { '-' };
-            text.split(separator)
-                .map(hex_byte)
-                .collect::<Option<Vec<u8>>>()?
-        }
-        _ if text.as_bytes().get(4) == Some(&b'.') => {
-            let mut bytes = Vec::new();
-            for group in text.split('.') {
-                if group.len() != 4 {
-                    return None;
-                }
-                bytes.push(hex_byte(group.get(..2)?)?);
-                bytes.push(hex_byte(group.get(2..)?)?);
-            }
-            bytes
-        }
-        _ => return None,
-    };
-    matches!(bytes.len(), 6 | 8 | 20).then_some(bytes)
 }
 
 #[cfg(test)]
@@ -443,35 +411,5 @@ mod tests {
             c.selector,
             Some(Selector::Device(BusDevice::pci("0000:af:00.7")))
         );
-    }
-
-    #[test]
-    fn hardware_addresses_in_go_forms() {
-        assert_eq!(
-            parse_hardware_address("02:aa:BB:cc:dd:0e"),
-            Some(vec![2, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e])
-        );
-        assert_eq!(
-            parse_hardware_address("02-aa-bb-cc-dd-0e"),
-            Some(vec![2, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e])
-        );
-        assert_eq!(
-            parse_hardware_address("02aa.bbcc.dd0e"),
-            Some(vec![2, 0xaa, 0xbb, 0xcc, 0xdd, 0x0e])
-        );
-        assert_eq!(
-            parse_hardware_address("00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01")
-                .map(|m| m.len()),
-            Some(20)
-        );
-        for bad in [
-            "",
-            "02:aa:bb:cc:dd",
-            "02:aa-bb:cc:dd:0e",
-            "02aa.bbcc.dd0",
-            "zz:aa:bb:cc:dd:ee",
-        ] {
-            assert_eq!(parse_hardware_address(bad), None, "{bad:?}");
-        }
     }
 }

@@ -16,11 +16,11 @@
 
 use std::os::fd::AsFd;
 
+use libcni::hwaddr;
 use libcni::netlink::sublink::{random_link_name, NAME_ATTEMPTS};
 use libcni::netlink::{format_mac, LinkInfo, NetlinkError, RouteSocket};
 use libcni::netns::NetNs;
 
-use crate::config::parse_hardware_address;
 use crate::state::SavedLink;
 
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +257,7 @@ pub fn restore_in_host(
             Err(e) => return Err(netlink(&link.name)(e)),
         }
     }
-    if let Some(mac) = parse_hardware_address(&saved.mac).filter(|mac| *mac != link.mac) {
+    if let Some(mac) = hwaddr::parse(&saved.mac).filter(|mac| *mac != link.mac) {
         note(host.set_mac(index, &mac).map_err(netlink(&saved.name)));
     }
     if saved.mtu != 0 && saved.mtu != link.mtu {

@@ -29,13 +29,14 @@ use std::path::PathBuf;
 use libcni::args::ArgsError;
 use libcni::device::is_pci_address;
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::iface::{parse_unicast_mac, MacError};
 use libcni::plugin_conf::{ConfError, PluginConf};
 use libcni::skel::validate_interface_name;
 use libcni::source_routing::is_kernel_table;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::hwaddr::{Guid, MacAddr};
+use crate::hwaddr::{Guid, HwAddrError, MacAddr};
 use crate::pf::{VfLinkState, VfSetting, VlanProto};
 
 #[derive(Debug, thiserror::Error)]
@@ -308,14 +309,12 @@ impl NetConf {
                 .map(str::to_string))
             .or(raw.mac.filter(|s| !s.is_empty()));
         let mac = mac_text
-            .map(|text| -> Result<MacAddr, ConfigError> {
-                let mac: MacAddr = text.parse().map_err(|e| invalid(format!("{e}")))?;
-                if mac.is_multicast() || mac.is_zero() {
-                    return Err(invalid(format!(
-                        "invalid MAC address {text:?}: not a unicast address"
-                    )));
-                }
-                Ok(mac)
+            .map(|text| match parse_unicast_mac(&text) {
+                Ok(mac) => Ok(MacAddr(mac)),
+                Err(MacError::Syntax) => Err(invalid(HwAddrError::Mac(text).to_string())),
+                Err(MacError::Multicast | MacError::Zero) => Err(invalid(format!(
+                    "invalid MAC address {text:?}: not a unicast address"
+                ))),
             })
             .transpose()?;
 
@@ -657,7 +656,16 @@ mod tests {
             message(json!({"deviceID":"0000:af:06.0","mac":"01:00:5e:00:00:01"}))
                 .contains("not a unicast address")
         );
-        assert!(message(json!({"deviceID":"0000:af:06.0","mac":"zz"})).contains("invalid MAC"));
+        assert!(
+            message(json!({"deviceID":"0000:af:06.0","mac":"00:00:00:00:00:00"}))
+                .contains("not a unicast address")
+        );
+        assert!(message(json!({"deviceID":"0000:af:06.0","mac":"zz"}))
+            .contains("invalid MAC address \"zz\": expected six hex bytes like 0a:58:0a:01:00:02"));
+        // Go's other spellings, as sriov-cni's net.ParseMAC reads them.
+        let pc = conf(json!({"deviceID":"0000:af:06.0","mac":"02-00-00-00-00-0A"}));
+        let c = NetConf::parse(&pc, "").unwrap();
+        assert_eq!(c.mac.unwrap().to_string(), "02:00:00:00:00:0a");
         let e = NetConf::parse(&pc, "FOO=1").unwrap_err();
         assert_eq!(e.to_cni_error().code, ErrorCode::InvalidEnvironment);
     }

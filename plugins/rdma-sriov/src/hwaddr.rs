@@ -2,7 +2,10 @@
 //! GUIDs.
 //!
 //! Both are kept as text in configurations and state files, so they carry
-//! their own `FromStr`/`Display` and serialise as strings.
+//! their own `FromStr`/`Display` and serialise as strings. They are read
+//! as Go's `net.ParseMAC` reads them, as sriov-cni does
+//! ([`libcni::hwaddr::parse`]: `:`- or `-`-separated hex pairs, or dotted
+//! groups of four), and written with `:`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,22 +18,6 @@ pub enum HwAddrError {
     Mac(String),
     #[error("invalid GUID {0:?}: expected eight hex bytes like 00:11:22:33:44:55:66:77")]
     Guid(String),
-}
-
-/// Parses `count` colon-separated two-digit hex bytes.
-fn parse_hex_bytes(text: &str, count: usize) -> Option<Vec<u8>> {
-    let bytes: Vec<u8> = text
-        .split(':')
-        .map(|part| {
-            // from_str_radix alone would take a sign ("+f").
-            if part.len() == 2 && part.bytes().all(|b| b.is_ascii_hexdigit()) {
-                u8::from_str_radix(part, 16).ok()
-            } else {
-                None
-            }
-        })
-        .collect::<Option<Vec<u8>>>()?;
-    (bytes.len() == count).then_some(bytes)
 }
 
 /// An Ethernet MAC address.
@@ -48,11 +35,6 @@ impl MacAddr {
         self.0 == [0; 6]
     }
 
-    /// Group addresses cannot be a station's own address.
-    pub fn is_multicast(&self) -> bool {
-        self.0[0] & 1 == 1
-    }
-
     /// The first six bytes of a kernel address buffer (netlink pads VF MACs
     /// to 32 bytes); `None` when it is shorter.
     pub fn from_slice(bytes: &[u8]) -> Option<MacAddr> {
@@ -65,8 +47,8 @@ impl FromStr for MacAddr {
     type Err = HwAddrError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_hex_bytes(s, 6)
-            .and_then(|b| MacAddr::from_slice(&b))
+        libcni::hwaddr::parse_ethernet(s)
+            .map(MacAddr)
             .ok_or_else(|| HwAddrError::Mac(s.to_string()))
     }
 }
@@ -102,12 +84,10 @@ impl FromStr for Guid {
     type Err = HwAddrError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bytes = parse_hex_bytes(s, 8).ok_or_else(|| HwAddrError::Guid(s.to_string()))?;
-        let eight: [u8; 8] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| HwAddrError::Guid(s.to_string()))?;
-        Ok(Guid(u64::from_be_bytes(eight)))
+        libcni::hwaddr::parse(s)
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map(|eight| Guid(u64::from_be_bytes(eight)))
+            .ok_or_else(|| HwAddrError::Guid(s.to_string()))
     }
 }
 
@@ -144,14 +124,17 @@ mod tests {
     fn mac_round_trips_in_lower_case() {
         let mac: MacAddr = "0A:58:0a:01:00:FF".parse().unwrap();
         assert_eq!(mac.to_string(), "0a:58:0a:01:00:ff");
-        assert!(!mac.is_multicast());
-        assert!("01:00:5e:00:00:01"
-            .parse::<MacAddr>()
-            .unwrap()
-            .is_multicast());
         let json = serde_json::to_string(&mac).unwrap();
         assert_eq!(json, "\"0a:58:0a:01:00:ff\"");
         assert_eq!(serde_json::from_str::<MacAddr>(&json).unwrap(), mac);
+    }
+
+    #[test]
+    fn macs_in_every_form_go_reads() {
+        let want = MacAddr([0x0a, 0x58, 0x0a, 0x01, 0x00, 0xff]);
+        for text in ["0a:58:0a:01:00:ff", "0A-58-0A-01-00-FF", "0a58.0a01.00ff"] {
+            assert_eq!(text.parse::<MacAddr>(), Ok(want), "{text}");
+        }
     }
 
     #[test]
@@ -160,7 +143,8 @@ mod tests {
             "",
             "0a:58:0a:01:00",
             "0a:58:0a:01:00:ff:11",
-            "0a-58-0a-01-00-ff",
+            "0a:58-0a:01:00:ff",
+            "0a58.0a01.00ff.0011",
             "a:58:0a:01:00:ff",
             "zz:58:0a:01:00:ff",
             "0a:58:0a:01:00:+f",
@@ -179,7 +163,10 @@ mod tests {
         let guid: Guid = "00:11:22:33:44:55:66:77".parse().unwrap();
         assert_eq!(guid.0, 0x0011_2233_4455_6677);
         assert_eq!(guid.to_string(), "00:11:22:33:44:55:66:77");
+        assert_eq!("0011.2233.4455.6677".parse::<Guid>(), Ok(guid));
+        assert_eq!("00-11-22-33-44-55-66-77".parse::<Guid>(), Ok(guid));
         assert!("00:11:22:33:44:55:66".parse::<Guid>().is_err());
+        assert!("00:11:22:33:44:55".parse::<Guid>().is_err());
         assert!("0011:22:33:44:55:66:77".parse::<Guid>().is_err());
     }
 }
