@@ -14,7 +14,7 @@
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
 //! - [`retire`]: deleting a container's link without waiting for the
-//!   kernel's unregistration;
+//!   kernel's cleanup after it is unlisted;
 //! - [`rdma`]: RDMA netlink ([`rdma::RdmaSocket`]: the RDMA namespace
 //!   mode, devices, moving a device to another namespace);
 //! - [`attributes`]: tolerant reading of raw attributes from kernel replies.

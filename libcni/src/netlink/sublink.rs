@@ -461,19 +461,12 @@ pub fn delete_in_container(netns_path: &str, ifname: &str) -> Result<bool, Delet
         source,
     };
     let mut socket = RouteSocket::open_in(&netns).map_err(netlink_failed)?;
-    // A pod holds a handful of links: one dump finds `ifname` and any link
-    // an earlier DEL parked and did not get to delete.
-    let links = socket.list_links().map_err(netlink_failed)?;
-    retire::delete_parked(
-        &mut socket,
-        &retire::parked_links(&links, &["macvlan", "ipvlan", "vlan"]),
-    );
-    let Some(index) = links.iter().find(|l| l.name == ifname).map(|l| l.index) else {
+    let Some(link) = socket.link_by_name(ifname).map_err(netlink_failed)? else {
         return Ok(false);
     };
     // Deleted detached: the kernel's unregistration of the link was most
     // of a DEL's time (see `retire`).
-    retire::retire(socket, index).map_err(netlink_failed)
+    retire::retire(&netns, socket, link.index).map_err(netlink_failed)
 }
 
 /// Deletes a link while another error is being reported: its own failure
