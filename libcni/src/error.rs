@@ -261,6 +261,37 @@ impl ToCniError for ErrorList {
     }
 }
 
+/// For a crate's own error enum, whose `Several` variant holds an
+/// [`ErrorList`].
+impl ErrorList {
+    /// Adds `error` with the code of its spec error and its own text as the
+    /// message. An error wrapping a delegate's keeps its context this way
+    /// ("IPAM DEL with \"host-local\": ..."), where [`ErrorList::push`]
+    /// would keep the delegate's error object as it printed it.
+    pub fn push_shown<E: ToCniError + fmt::Display + ?Sized>(&mut self, error: &E) {
+        self.errors
+            .push(CniError::new(error.to_cni_error().code, error.to_string()));
+    }
+
+    /// One error for the failures of an operation that went on after each
+    /// (a DEL, a GC): `None` when there were none, the only one as it is,
+    /// or `several` of the list of all (each added by
+    /// [`ErrorList::push_shown`]).
+    pub fn combine<E: ToCniError + fmt::Display>(
+        mut errors: Vec<E>,
+        several: impl FnOnce(ErrorList) -> E,
+    ) -> Option<E> {
+        if errors.len() <= 1 {
+            return errors.pop();
+        }
+        let mut list = ErrorList::new();
+        for error in &errors {
+            list.push_shown(error);
+        }
+        Some(several(list))
+    }
+}
+
 #[cfg(test)]
 mod error_list_tests {
     use super::*;
@@ -286,6 +317,45 @@ mod error_list_tests {
         assert_eq!(e.msg, "IPAM DEL: store locked; EBUSY; c1/net1: disk full");
         assert!(list.into_result().is_err());
         assert_eq!(ErrorList::new().code(), ErrorCode::Internal);
+    }
+
+    /// A crate's error whose spec error is not its own text, as one that
+    /// wraps a delegate's error object.
+    #[derive(Debug)]
+    struct Wrapped(CniError);
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "IPAM DEL with \"host-local\": {}", self.0.msg)
+        }
+    }
+
+    impl ToCniError for Wrapped {
+        fn to_cni_error(&self) -> CniError {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn combine_keeps_one_error_as_it_is_and_lists_several_with_their_own_text() {
+        let locked = || Wrapped(CniError::new(ErrorCode::TryAgainLater, "store locked"));
+        let several = |list: ErrorList| Wrapped(list.to_cni_error());
+        assert!(ErrorList::combine(Vec::<Wrapped>::new(), several).is_none());
+        let one = ErrorList::combine(vec![locked()], several).unwrap();
+        assert_eq!(one.to_cni_error().msg, "store locked");
+        let io = Wrapped(CniError::new(ErrorCode::Io, "disk full"));
+        let both = ErrorList::combine(vec![locked(), io], |list| {
+            assert_eq!(list.len(), 2);
+            let e = list.to_cni_error();
+            assert_eq!(e.code, ErrorCode::TryAgainLater);
+            assert_eq!(
+                e.msg,
+                "IPAM DEL with \"host-local\": store locked; \
+                 IPAM DEL with \"host-local\": disk full"
+            );
+            Wrapped(e)
+        });
+        assert!(both.is_some());
     }
 }
 

@@ -9,7 +9,7 @@
 //! - everything the kernel or a firewall tool refused: 999, with a message
 //!   naming the operation and the interface.
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::netlink::NetlinkError;
@@ -80,16 +80,8 @@ pub enum BridgeError {
     Injected(String),
     #[error("{0} ended without a result")]
     WorkerLost(&'static str),
-    #[error("{}", join(.0))]
-    Several(Vec<BridgeError>),
-}
-
-fn join(errors: &[BridgeError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl BridgeError {
@@ -101,12 +93,8 @@ impl BridgeError {
 
     /// One error from many (DEL and GC go on after a failure); `None` when
     /// there were none.
-    pub fn from_many(mut errors: Vec<BridgeError>) -> Option<BridgeError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(BridgeError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<BridgeError>) -> Option<BridgeError> {
+        ErrorList::combine(errors, BridgeError::Several)
     }
 }
 
@@ -141,13 +129,7 @@ impl ToCniError for BridgeError {
                 None => CniError::new(source.to_cni_error().code, self.to_string()),
             },
             // The first failure decides the code; the message lists all.
-            BridgeError::Several(errors) => {
-                let code = errors
-                    .first()
-                    .map(|e| e.to_cni_error().code)
-                    .unwrap_or(ErrorCode::Internal);
-                CniError::new(code, self.to_string())
-            }
+            BridgeError::Several(list) => list.to_cni_error(),
             // The host or the IPAM plugin in a state ADD cannot work with,
             // CHECK's findings, and the test-only injected failure: 999, as
             // the reference reports them.

@@ -10,7 +10,7 @@
 //! - what CHECK finds different from the prevResult, and whatever else
 //!   the kernel refused: 999, with a message naming what and where.
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
@@ -72,27 +72,15 @@ pub enum IpvlanError {
     },
     #[error(transparent)]
     Delete(#[from] DeleteError),
-    #[error("{}", join(.0))]
-    Several(Vec<IpvlanError>),
-}
-
-fn join(errors: &[IpvlanError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl IpvlanError {
     /// One error from many (DEL goes on after a failure); `None` when
     /// there were none.
-    pub fn from_many(mut errors: Vec<IpvlanError>) -> Option<IpvlanError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(IpvlanError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<IpvlanError>) -> Option<IpvlanError> {
+        ErrorList::combine(errors, IpvlanError::Several)
     }
 }
 
@@ -119,12 +107,7 @@ impl ToCniError for IpvlanError {
             },
             IpvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
-            IpvlanError::Several(errors) => {
-                let code = errors
-                    .first()
-                    .map_or(ErrorCode::Internal, |e| e.to_cni_error().code);
-                CniError::new(code, self.to_string())
-            }
+            IpvlanError::Several(list) => list.to_cni_error(),
             IpvlanError::Netlink(_)
             | IpvlanError::IpamNoIps
             | IpvlanError::PrevResultMissing

@@ -11,7 +11,7 @@
 //! - what CHECK finds different from the prevResult, and whatever else
 //!   the kernel refused: 999, with a message naming what and where.
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
@@ -73,27 +73,15 @@ pub enum MacvlanError {
     },
     #[error(transparent)]
     Delete(#[from] DeleteError),
-    #[error("{}", join(.0))]
-    Several(Vec<MacvlanError>),
-}
-
-fn join(errors: &[MacvlanError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl MacvlanError {
     /// One error from many (DEL goes on after a failure); `None` when
     /// there were none.
-    pub fn from_many(mut errors: Vec<MacvlanError>) -> Option<MacvlanError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(MacvlanError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<MacvlanError>) -> Option<MacvlanError> {
+        ErrorList::combine(errors, MacvlanError::Several)
     }
 }
 
@@ -120,12 +108,7 @@ impl ToCniError for MacvlanError {
             },
             MacvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
-            MacvlanError::Several(errors) => {
-                let code = errors
-                    .first()
-                    .map_or(ErrorCode::Internal, |e| e.to_cni_error().code);
-                CniError::new(code, self.to_string())
-            }
+            MacvlanError::Several(list) => list.to_cni_error(),
             MacvlanError::Netlink(_)
             | MacvlanError::IpamNoIps
             | MacvlanError::PrevResultMissing

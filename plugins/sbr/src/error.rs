@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::lock::LockError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
@@ -72,19 +72,15 @@ pub enum SbrError {
     },
     #[error("{0}")]
     Check(String),
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Several(Vec<SbrError>),
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl SbrError {
     /// One error from many (DEL goes on after a failure); `None` when there
     /// were none.
-    pub fn from_many(mut errors: Vec<SbrError>) -> Option<SbrError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(SbrError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<SbrError>) -> Option<SbrError> {
+        ErrorList::combine(errors, SbrError::Several)
     }
 }
 
@@ -113,9 +109,7 @@ impl ToCniError for SbrError {
             | SbrError::Check(_) => ErrorCode::Internal,
             // The failure that started it decides the code.
             SbrError::UndoFailed { cause, .. } => cause.to_cni_error().code,
-            SbrError::Several(errors) => errors
-                .first()
-                .map_or(ErrorCode::Internal, |e| e.to_cni_error().code),
+            SbrError::Several(list) => list.code(),
         };
         CniError::new(code, self.to_string())
     }
@@ -208,10 +202,11 @@ mod tests {
             .to_string(),
             "Failed to add default route to 192.168.1.1: ENETUNREACH: Network is unreachable"
         );
-        let several = SbrError::Several(vec![
+        let several = SbrError::from_many(vec![
             SourceRoutingError::DeleteRule(kernel(Errno::EPERM)).into(),
             SourceRoutingError::DeleteRule(kernel(Errno::EBUSY)).into(),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(
             several.to_string(),
             "Failed to delete rule EPERM: Operation not permitted; \

@@ -12,7 +12,7 @@
 //! The reference reports all of these as 999.
 
 use libcni::args::ArgsError;
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -64,16 +64,8 @@ pub enum TuningError {
         current: String,
     },
     /// DEL: some settings could not be put back (all were tried).
-    #[error("{}", join(.0))]
-    Several(Vec<TuningError>),
-}
-
-fn join(errors: &[TuningError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl TuningError {
@@ -85,12 +77,8 @@ impl TuningError {
     }
 
     /// One error from many; `None` when there were none.
-    pub fn from_many(mut errors: Vec<TuningError>) -> Option<TuningError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(TuningError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<TuningError>) -> Option<TuningError> {
+        ErrorList::combine(errors, TuningError::Several)
     }
 }
 
@@ -111,10 +99,7 @@ impl ToCniError for TuningError {
             | TuningError::Netlink(_)
             | TuningError::Mismatch { .. } => ErrorCode::Internal,
             // The first failure decides the code; the message lists all.
-            TuningError::Several(errors) => errors
-                .first()
-                .map(|e| e.to_cni_error().code)
-                .unwrap_or(ErrorCode::Internal),
+            TuningError::Several(list) => list.code(),
         };
         CniError::new(code, self.to_string())
     }
@@ -153,10 +138,11 @@ mod tests {
             4
         );
         assert_eq!(code(TuningError::LinkMissing("eth0".into())), 999);
-        let several = TuningError::Several(vec![
+        let several = TuningError::from_many(vec![
             TuningError::LinkMissing("a".into()),
             TuningError::PrevResultMissing,
-        ]);
+        ])
+        .unwrap();
         assert_eq!(
             several.to_string(),
             "Cannot find container link a; Required prevResult missing"

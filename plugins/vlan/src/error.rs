@@ -11,7 +11,7 @@
 //! - what CHECK finds different from the prevResult, and whatever else
 //!   the kernel refused: 999, with a message naming what and where.
 
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
@@ -81,27 +81,15 @@ pub enum VlanError {
     },
     #[error(transparent)]
     Delete(#[from] DeleteError),
-    #[error("{}", join(.0))]
-    Several(Vec<VlanError>),
-}
-
-fn join(errors: &[VlanError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    #[error(transparent)]
+    Several(ErrorList),
 }
 
 impl VlanError {
     /// One error from many (DEL goes on after a failure); `None` when
     /// there were none.
-    pub fn from_many(mut errors: Vec<VlanError>) -> Option<VlanError> {
-        match errors.len() {
-            0 => None,
-            1 => errors.pop(),
-            _ => Some(VlanError::Several(errors)),
-        }
+    pub fn from_many(errors: Vec<VlanError>) -> Option<VlanError> {
+        ErrorList::combine(errors, VlanError::Several)
     }
 }
 
@@ -126,12 +114,7 @@ impl ToCniError for VlanError {
             },
             VlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
-            VlanError::Several(errors) => {
-                let code = errors
-                    .first()
-                    .map_or(ErrorCode::Internal, |e| e.to_cni_error().code);
-                CniError::new(code, self.to_string())
-            }
+            VlanError::Several(list) => list.to_cni_error(),
             VlanError::Netlink(_)
             | VlanError::IpamNoIps
             | VlanError::PrevResultMissing
