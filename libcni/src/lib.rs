@@ -23,6 +23,7 @@ pub mod go_compat;
 pub mod hwaddr;
 pub mod iface;
 pub mod invoke;
+pub mod link_name;
 pub mod lock;
 pub mod logging;
 pub mod netlink;

@@ -17,8 +17,7 @@
 //! [`RouteSocket::sublink`] reads a link back with its kind and the
 //! kind's settings (macvlan mode, ipvlan mode, VLAN id), for CHECK.
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -36,10 +35,9 @@ use super::route::{link_message, parse_link, IpFamily, LinkId, LinkInfo, RouteSo
 use super::socket::NetlinkError;
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::iface::MAIN_TABLE;
+use crate::link_name;
 use crate::netns::{NetNs, NetNsError};
 
-/// Prefix of the temporary names, as in the reference plugins.
-pub const TEMP_NAME_PREFIX: &str = "veth";
 /// How many temporary names are drawn before giving up; a clash needs two
 /// links with the same 32 random bits in one namespace.
 pub const NAME_ATTEMPTS: usize = 4;
@@ -310,7 +308,7 @@ pub fn create_in_container(
     };
     let mut temp_name = None;
     for _ in 0..NAME_ATTEMPTS {
-        let name = random_link_name()?;
+        let name = link_name::random_veth_name().map_err(SubLinkError::Random)?;
         let link = SubLink {
             name: &name,
             parent: spec.parent,
@@ -479,18 +477,6 @@ fn delete_quietly(socket: &mut RouteSocket, link: LinkId<'_>) {
     }
 }
 
-/// `veth` + 8 random hex digits.
-pub fn random_link_name() -> Result<String, SubLinkError> {
-    let mut bytes = [0u8; 4];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(SubLinkError::Random)?;
-    Ok(format!(
-        "{TEMP_NAME_PREFIX}{:08x}",
-        u32::from_be_bytes(bytes)
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
@@ -509,14 +495,6 @@ mod tests {
             })
             .unwrap();
         socket.link_by_name(name).unwrap().unwrap().index
-    }
-
-    #[test]
-    fn temp_names_look_like_the_reference() {
-        let name = random_link_name().unwrap();
-        assert_eq!(name.len(), 12);
-        assert!(name.starts_with("veth"));
-        assert!(name[4..].chars().all(|c| c.is_ascii_hexdigit()));
     }
 
     /// A macvlan made from the "host" into a child namespace arrives there

@@ -5,13 +5,14 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
+use libcni::link_name;
 use libcni::netlink::{LinkInfo, RouteSocket, VethPair};
 use libcni::sysctl;
 use libcni::types::{v100, Route};
 
 use crate::bridge_port::{set_port_options, AdminState, PortOptions};
 use crate::error::BridgeError;
-use crate::veth;
+
 use crate::vlan::{apply_port_vlans, BridgeVlans, PortVlans};
 
 /// The container interface's position in the result's `interfaces`.
@@ -198,7 +199,7 @@ pub fn ensure_vlan_gateway(
     if let Some(existing) = socket.link_by_name(name)? {
         return Ok(existing);
     }
-    let port_name = veth::random_host_name()?;
+    let port_name = link_name::random_veth_name().map_err(BridgeError::Random)?;
     let pair = VethPair {
         name: &port_name,
         peer_name: name,

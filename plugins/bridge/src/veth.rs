@@ -6,10 +6,9 @@
 //! half-made pair nor a rename, and one request fewer under RTNL. The host end gets a
 //! random `veth` + 8 hex digits name, redrawn when it is taken.
 
-use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsFd;
 
+use libcni::link_name;
 use libcni::netlink::{LinkInfo, NetlinkError, RouteSocket, VethPair};
 use libcni::netns::NetNs;
 
@@ -17,8 +16,6 @@ use crate::error::BridgeError;
 
 /// How many random host names are tried, as in the reference.
 pub const NAME_ATTEMPTS: usize = 10;
-
-pub const HOST_PREFIX: &str = "veth";
 
 /// A created pair, as the kernel reports each end.
 #[derive(Debug, Clone)]
@@ -38,19 +35,6 @@ pub struct VethSpec<'a> {
     pub bridge_index: u32,
 }
 
-/// `veth` + 8 random hex digits.
-pub fn random_host_name() -> Result<String, BridgeError> {
-    let mut bytes = [0u8; 4];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(BridgeError::Random)?;
-    Ok(host_name_from(bytes))
-}
-
-fn host_name_from(bytes: [u8; 4]) -> String {
-    format!("{HOST_PREFIX}{:08x}", u32::from_be_bytes(bytes))
-}
-
 /// Creates the pair. `host` and `container` are sockets in the host and
 /// the container namespace.
 pub fn create(
@@ -59,7 +43,7 @@ pub fn create(
     spec: &VethSpec<'_>,
 ) -> Result<Veth, BridgeError> {
     for _ in 0..NAME_ATTEMPTS {
-        let host_name = random_host_name()?;
+        let host_name = link_name::random_veth_name().map_err(BridgeError::Random)?;
         let pair = VethPair {
             name: &host_name,
             peer_name: spec.container_ifname,
@@ -114,19 +98,4 @@ fn lookup(
         host: host_link,
         container: container_link,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_names_are_veth_and_8_hex_digits() {
-        assert_eq!(host_name_from([0, 0, 0, 1]), "veth00000001");
-        assert_eq!(host_name_from([0xde, 0xad, 0xbe, 0xef]), "vethdeadbeef");
-        let name = random_host_name().unwrap();
-        assert_eq!(name.len(), 12);
-        assert!(name.len() <= 15, "fits IFNAMSIZ");
-        assert!(name[4..].chars().all(|c| c.is_ascii_hexdigit()), "{name}");
-    }
 }

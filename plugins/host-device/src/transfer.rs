@@ -17,7 +17,8 @@
 use std::os::fd::AsFd;
 
 use libcni::hwaddr;
-use libcni::netlink::sublink::{random_link_name, NAME_ATTEMPTS};
+use libcni::link_name::random_veth_name;
+use libcni::netlink::sublink::NAME_ATTEMPTS;
 use libcni::netlink::{format_mac, LinkInfo, NetlinkError, RouteSocket};
 use libcni::netns::NetNs;
 
@@ -77,7 +78,7 @@ fn rename_temporary(
     name: &str,
 ) -> Result<String, TransferError> {
     for _ in 0..NAME_ATTEMPTS {
-        let temp = random_link_name().map_err(|e| TransferError::Random(e.to_string()))?;
+        let temp = random_veth_name().map_err(|e| TransferError::Random(e.to_string()))?;
         match socket.set_name(index, &temp) {
             Ok(()) => return Ok(temp),
             Err(e) if e.is_exists() => continue,

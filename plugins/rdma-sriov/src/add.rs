@@ -322,7 +322,7 @@ fn setup(
             .ok_or_else(|| NetdevError::NotInHost(netdev_name.clone()))?;
         let host_name = link.name.clone();
         state.host_netdev = Some(netdev::host_netdev(&link));
-        let temp = netdev::temp_name();
+        let temp = netdev::temp_name()?;
         state.netdev_location = Some(NetdevLocation::Host { name: temp.clone() });
         ctx.store.save(state)?;
         netdev::rename_down(&mut host_socket, link.index, &temp)?;

@@ -7,10 +7,8 @@
 //! on the far side, where a clash is reported as such instead of failing
 //! the move itself.
 
-use std::fs::File;
-use std::io::Read;
+use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use libcni::device::{BusDevice, Sysfs};
 use libcni::netlink::{LinkInfo, NetlinkError, RouteSocket};
@@ -36,6 +34,8 @@ pub enum NetdevError {
         context: String,
         source: NetlinkError,
     },
+    #[error("cannot draw a temporary name for the VF netdev: {0}")]
+    TempName(#[source] io::Error),
 }
 
 impl NetdevError {
@@ -45,24 +45,10 @@ impl NetdevError {
     }
 }
 
-/// A fresh temporary name: `rsv` and 8 hex digits (11 bytes, within
-/// IFNAMSIZ).
-pub fn temp_name() -> String {
-    let mut bytes = [0u8; 4];
-    let random = File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    let value = if random {
-        u32::from_ne_bytes(bytes)
-    } else {
-        // Without /dev/urandom: time and pid differ between concurrent runs.
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        nanos ^ std::process::id().rotate_left(16)
-    };
-    format!("{TEMP_PREFIX}{value:08x}")
+/// A fresh temporary name: `rsv` and 8 random hex digits (11 bytes,
+/// within IFNAMSIZ).
+pub fn temp_name() -> Result<String, NetdevError> {
+    libcni::link_name::random_name(TEMP_PREFIX).map_err(NetdevError::TempName)
 }
 
 /// The host-side facts to restore later.
@@ -157,7 +143,7 @@ pub fn send_back_from_pod(
     else {
         return Ok(None);
     };
-    let temp = temp_name();
+    let temp = temp_name()?;
     rename_down(pod, link.index, &temp)?;
     move_link(pod, link.index, host, "the host netns")?;
     Ok(Some(temp))
@@ -241,8 +227,8 @@ mod tests {
 
     #[test]
     fn temp_names_are_short_and_distinct() {
-        let a = temp_name();
-        let b = temp_name();
+        let a = temp_name().unwrap();
+        let b = temp_name().unwrap();
         assert_ne!(a, b);
         assert_eq!(a.len(), 11);
         assert!(a.starts_with(TEMP_PREFIX));
