@@ -26,7 +26,6 @@ pub mod dns;
 pub mod error;
 pub mod index;
 pub mod lease;
-pub mod lock;
 pub mod plugin;
 pub mod range;
 pub mod range_set;

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use host_local::lock::{LockError, StoreLock};
+use libcni::lock::{FileLock, LockError, LockWait};
 
 /// Set to `1` to run the guest tests of every crate.
 pub const ENABLE_VAR: &str = "CNI_QEMU";
@@ -231,7 +231,11 @@ impl QemuGuest {
                 path: cache.to_path_buf(),
                 source,
             })?;
-        let _lock = StoreLock::acquire(&cache.join(LOCK_FILE), lock_timeout()?)?;
+        let wait = LockWait {
+            timeout: lock_timeout()?,
+            holder: "another process",
+        };
+        let _lock = FileLock::acquire(&cache.join(LOCK_FILE), wait)?;
         let mut command = Command::new(scripts.join("prepare.sh"));
         command.arg(&cache).env("QEMU_GUEST_LOCKED", "1");
         let output = run_command(&mut command)?;
