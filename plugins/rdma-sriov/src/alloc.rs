@@ -1,32 +1,27 @@
 //! Who holds a VF: a per-VF lock for the time of one plugin run, and an
 //! allocation record for the life of an attachment.
 //!
-//! - Lock: `flock` on `<stateDir>/locks/<name>.lock`, taken with a bounded
-//!   wait (an unbounded one would stall the runtime behind a stuck run).
-//!   Released when the plugin exits.
+//! - Lock: `flock` on `<stateDir>/locks/<name>.lock`, taken with
+//!   [`libcni::lock`]'s bounded wait (an unbounded one would stall the
+//!   runtime behind a stuck run). Released when the plugin exits.
 //! - Record: `<stateDir>/allocations/<pci>`, holding the owner and its netns
 //!   path. A record whose netns no longer opens as a namespace is stale
 //!   (the pod died without a DEL) and is reclaimed. sriov-cni writes a
 //!   bare netns path in its records; that form is read too.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use libcni::lock::{FileLock, LockError, LockWait};
 use libcni::netns::NetNs;
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{create_private_dir, write_atomically};
 
 /// The wait sriov-cni allows for its per-VF lock.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
-
-const POLL_START: Duration = Duration::from_millis(5);
-const POLL_MAX: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AllocError {
@@ -40,44 +35,36 @@ pub enum AllocError {
     Record { path: PathBuf, source: io::Error },
 }
 
-/// An exclusive lock, held until dropped.
+/// A VF's lock, held until dropped.
 #[derive(Debug)]
 pub struct VfLock {
-    _flock: Flock<File>,
+    _lock: FileLock,
 }
 
 impl VfLock {
-    /// Locks `<state_dir>/locks/<name>.lock`, waiting at most `timeout`.
+    /// Locks `<state_dir>/locks/<name>.lock`, waiting at most `timeout`
+    /// ([`libcni::lock`]'s bounded wait; zero tries once). Failures keep
+    /// sriov-cni's wording for the timeout.
     pub fn acquire(state_dir: &Path, name: &str, timeout: Duration) -> Result<VfLock, AllocError> {
         let dir = state_dir.join("locks");
         let path = dir.join(format!("{name}.lock"));
-        let lock_err = |source| AllocError::Lock {
+        create_private_dir(&dir).map_err(|source| AllocError::Lock {
             path: path.clone(),
             source,
+        })?;
+        let wait = LockWait {
+            timeout,
+            holder: "another rdma-sriov call",
         };
-        create_private_dir(&dir).map_err(lock_err)?;
-        let started = Instant::now();
-        let mut pause = POLL_START;
-        loop {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(lock_err)?;
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(flock) => return Ok(VfLock { _flock: flock }),
-                Err((_, Errno::EWOULDBLOCK)) => {}
-                Err((_, Errno::EINTR)) => continue,
-                Err((_, errno)) => return Err(lock_err(io::Error::from(errno))),
-            }
-            let waited = started.elapsed();
-            if waited >= timeout {
-                return Err(AllocError::LockTimeout { path, waited });
-            }
-            thread::sleep(pause.min(timeout.saturating_sub(waited)));
-            pause = (pause * 2).min(POLL_MAX);
-        }
+        let lock = FileLock::acquire(&path, wait).map_err(|e| match e {
+            LockError::Timeout { path, waited, .. } => AllocError::LockTimeout { path, waited },
+            LockError::Open { path, source } => AllocError::Lock { path, source },
+            LockError::Flock { path, source } => AllocError::Lock {
+                path,
+                source: io::Error::from(source),
+            },
+        })?;
+        Ok(VfLock { _lock: lock })
     }
 }
 
@@ -196,11 +183,23 @@ mod tests {
         // same process contends like another process would.
         let e = VfLock::acquire(dir.path(), "0000:af:00.2", Duration::from_millis(50)).unwrap_err();
         assert!(matches!(e, AllocError::LockTimeout { .. }), "{e}");
-        assert!(e.to_string().starts_with("time out while waiting"), "{e}");
+        let lock_file = dir.path().join("locks/0000:af:00.2.lock");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "time out while waiting to acquire exclusive lock on [{}] after ",
+                lock_file.display()
+            )),
+            "{e}"
+        );
         // Another VF is independent.
         VfLock::acquire(dir.path(), "0000:af:00.3", Duration::from_millis(50)).unwrap();
         drop(held);
         VfLock::acquire(dir.path(), "0000:af:00.2", Duration::from_millis(50)).unwrap();
+        // A state directory that cannot hold the locks directory.
+        let file = dir.path().join("plain-file");
+        fs::write(&file, "x").unwrap();
+        let e = VfLock::acquire(&file, "0000:af:00.2", Duration::ZERO).unwrap_err();
+        assert!(matches!(e, AllocError::Lock { .. }), "{e}");
     }
 
     #[test]

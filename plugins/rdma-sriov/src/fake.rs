@@ -19,13 +19,14 @@
 //! goes through here: it is always real.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use libcni::lock::{FileLock, LockWait};
 use libcni::netns::NetNs;
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use libcni::netlink::rdma::{RdmaDevice, RdmaError, RdmaNetnsMode, RdmaOps, RdmaPort};
@@ -100,6 +101,14 @@ pub struct FakeWorld {
     #[serde(default)]
     pub calls: Vec<String>,
 }
+
+/// How long a call waits for another plugin process's turn on the world
+/// file: far longer than any call holds it, so reaching it means a stuck
+/// test, which then fails instead of hanging.
+const WORLD_LOCK_WAIT: LockWait = LockWait {
+    timeout: Duration::from_secs(60),
+    holder: "another call on the fake machine",
+};
 
 /// Where the world lives.
 #[derive(Debug)]
@@ -181,14 +190,8 @@ impl FakeBackend {
             }
             Storage::File(path) => {
                 let lock_path = path.with_extension("lock");
-                let lock_file = OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&lock_path)
-                    .map_err(|e| format!("fake world lock {}: {e}", lock_path.display()))?;
-                let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
-                    .map_err(|(_, e): (File, Errno)| format!("fake world lock: {e}"))?;
+                let _lock = FileLock::acquire(&lock_path, WORLD_LOCK_WAIT)
+                    .map_err(|e| format!("fake world lock: {e}"))?;
                 let mut world = FakeBackend::read_world(path)
                     .map_err(|e| format!("fake world {}: {e}", path.display()))?;
                 let before = world.clone();
