@@ -9,7 +9,7 @@
 //! prevResult's MAC; its addresses and routes are there
 //! ([`check_interface_ips`], [`check_routes`]).
 
-use libcni::iface::{check_interface_ips, check_routes, sandbox_interface};
+use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
 use libcni::netlink::RouteSocket;
@@ -68,13 +68,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanE
             expected: conf.mode.to_string(),
         });
     }
-    if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(&found.link.mac_string()) {
-        return Err(IpvlanError::MacMismatch {
-            ifname: args.ifname.clone(),
-            expected: expected.mac.clone(),
-            found: found.link.mac_string(),
-        });
-    }
+    check_mac(expected, &found.link)?;
     check_interface_ips(&mut container, &found.link, &prev)?;
     check_routes(&mut container, &prev.routes)?;
     Ok(())

@@ -64,12 +64,6 @@ pub enum IpvlanError {
     NotIpvlan { ifname: String, kind: String },
     #[error("Container IPVlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
-    #[error("Interface {ifname} MAC {expected} doesn't match the MAC found: {found}")]
-    MacMismatch {
-        ifname: String,
-        expected: String,
-        found: String,
-    },
     #[error(transparent)]
     Delete(#[from] DeleteError),
     #[error(transparent)]
@@ -114,8 +108,7 @@ impl ToCniError for IpvlanError {
             | IpvlanError::SandboxMismatch { .. }
             | IpvlanError::LinkMissing(_)
             | IpvlanError::NotIpvlan { .. }
-            | IpvlanError::ModeMismatch { .. }
-            | IpvlanError::MacMismatch { .. } => internal(),
+            | IpvlanError::ModeMismatch { .. } => internal(),
         }
     }
 }

@@ -65,12 +65,6 @@ pub enum MacvlanError {
     NotMacvlan { ifname: String, kind: String },
     #[error("Container macvlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
-    #[error("Interface {ifname} MAC {expected} doesn't match the MAC found: {found}")]
-    MacMismatch {
-        ifname: String,
-        expected: String,
-        found: String,
-    },
     #[error(transparent)]
     Delete(#[from] DeleteError),
     #[error(transparent)]
@@ -115,8 +109,7 @@ impl ToCniError for MacvlanError {
             | MacvlanError::SandboxMismatch { .. }
             | MacvlanError::LinkMissing(_)
             | MacvlanError::NotMacvlan { .. }
-            | MacvlanError::ModeMismatch { .. }
-            | MacvlanError::MacMismatch { .. } => internal(),
+            | MacvlanError::ModeMismatch { .. } => internal(),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! its addresses and routes are there ([`check_interface_ips`],
 //! [`check_routes`]).
 
-use libcni::iface::{check_interface_ips, check_routes, sandbox_interface};
+use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
 use libcni::netlink::RouteSocket;
@@ -61,13 +61,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanErr
             })
         }
     };
-    if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(&found.link.mac_string()) {
-        return Err(VlanError::MacMismatch {
-            ifname: args.ifname.clone(),
-            expected: expected.mac.clone(),
-            found: found.link.mac_string(),
-        });
-    }
+    check_mac(expected, &found.link)?;
     if id != conf.vlan_id {
         return Err(VlanError::VlanIdMismatch {
             ifname: args.ifname.clone(),

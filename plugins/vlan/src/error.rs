@@ -73,12 +73,6 @@ pub enum VlanError {
         found: u32,
         expected: i64,
     },
-    #[error("Interface {ifname} MAC {expected} doesn't match the MAC found: {found}")]
-    MacMismatch {
-        ifname: String,
-        expected: String,
-        found: String,
-    },
     #[error(transparent)]
     Delete(#[from] DeleteError),
     #[error(transparent)]
@@ -122,8 +116,7 @@ impl ToCniError for VlanError {
             | VlanError::LinkMissing(_)
             | VlanError::NotVlan { .. }
             | VlanError::VlanIdMismatch { .. }
-            | VlanError::MtuMismatch { .. }
-            | VlanError::MacMismatch { .. } => internal(),
+            | VlanError::MtuMismatch { .. } => internal(),
         }
     }
 }
