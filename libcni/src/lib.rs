@@ -9,8 +9,9 @@
 //!   ([`iface`]);
 //! - system helpers shared by the plugins: network namespaces ([`netns`]),
 //!   netlink ([`netlink`]: one socket core for rtnetlink, nfnetlink and the
-//!   plugins' own families), nf_tables ([`nftables`]) and sysctls
-//!   ([`sysctl`]).
+//!   plugins' own families), nf_tables ([`nftables`]), the iptables
+//!   programs, sysctls ([`sysctl`]) and the one IP family
+//!   type ([`IpFamily`]).
 
 pub mod args;
 pub mod cache;
@@ -23,6 +24,7 @@ pub mod go_compat;
 pub mod hwaddr;
 pub mod iface;
 pub mod invoke;
+pub mod ip_family;
 pub mod link_name;
 pub mod lock;
 pub mod logging;
@@ -39,4 +41,5 @@ pub mod types;
 pub mod version;
 
 pub use error::{CniError, ErrorCode};
+pub use ip_family::IpFamily;
 pub use version::SpecVersion;

@@ -13,10 +13,11 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use host_local::addr::{self, Family};
+use host_local::addr;
 use host_local::range::Range;
 use host_local::range_set::RangeSet;
 use ipnetwork::IpNetwork;
+use libcni::IpFamily;
 
 /// An inclusive address span as integers of its family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +27,13 @@ struct Span {
 }
 
 fn net_span(net: IpNetwork) -> Span {
-    let family = Family::of(net.ip());
+    let family = IpFamily::of(net.ip());
     let lo = addr::to_u128(net.network());
     let host = !addr::mask(family, net.prefix()) & addr::mask(family, family.bits());
     Span { lo, hi: lo | host }
 }
 
-fn block_at(family: Family, lo: u128, prefix: u8) -> IpNetwork {
+fn block_at(family: IpFamily, lo: u128, prefix: u8) -> IpNetwork {
     let ip = addr::from_u128(family, lo);
     // `lo` is aligned and `prefix` validated for the family.
     IpNetwork::new(ip, prefix).unwrap_or_else(|_| IpNetwork::from(ip))
@@ -73,7 +74,7 @@ pub fn pieces(
     reserved: &[IpAddr],
 ) -> Vec<Range> {
     let family = set.family();
-    if Family::of(block.ip()) != family {
+    if IpFamily::of(block.ip()) != family {
         return Vec::new();
     }
     let block_span = net_span(block);
@@ -85,10 +86,10 @@ pub fn pieces(
             continue;
         }
         let mut spans = vec![Span { lo, hi }];
-        for net in exclude.iter().filter(|n| Family::of(n.ip()) == family) {
+        for net in exclude.iter().filter(|n| IpFamily::of(n.ip()) == family) {
             spans = subtract(spans, net_span(*net));
         }
-        for ip in reserved.iter().filter(|ip| Family::of(**ip) == family) {
+        for ip in reserved.iter().filter(|ip| IpFamily::of(**ip) == family) {
             let n = addr::to_u128(*ip);
             spans = subtract(spans, Span { lo: n, hi: n });
         }
@@ -133,7 +134,7 @@ pub fn node_range_set(pieces: Vec<Range>) -> Option<RangeSet> {
 
 /// The block of `prefix` holding `ip`.
 pub fn block_of(ip: IpAddr, prefix: u8) -> IpNetwork {
-    let family = Family::of(ip);
+    let family = IpFamily::of(ip);
     let lo = addr::to_u128(ip) & addr::mask(family, prefix);
     block_at(family, lo, prefix)
 }
@@ -189,7 +190,7 @@ pub fn free_block(
         // (an IPv6 exclude may hold billions of blocks).
         let excluded_by = exclude
             .iter()
-            .filter(|n| Family::of(n.ip()) == family)
+            .filter(|n| IpFamily::of(n.ip()) == family)
             .map(|n| net_span(*n))
             .find(|s| s.lo <= lo && s.hi >= lo + (size - 1));
         let step = match excluded_by {

@@ -36,10 +36,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use host_local::addr::Family;
 use host_local::config::{ConfigError as RangeConfigError, IpamConfig, StoreConfig};
 use ipnetwork::IpNetwork;
 use libcni::types::Dns;
+use libcni::IpFamily;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -147,10 +147,10 @@ pub struct Grid {
 }
 
 impl Grid {
-    pub fn prefix(&self, family: Family) -> u8 {
+    pub fn prefix(&self, family: IpFamily) -> u8 {
         match family {
-            Family::V4 => self.block_size,
-            Family::V6 => self.block_size6,
+            IpFamily::V4 => self.block_size,
+            IpFamily::V6 => self.block_size6,
         }
     }
 
@@ -442,8 +442,8 @@ impl AddConfig {
                 if block < range.subnet.prefix() {
                     return Err(ConfigError::BlockLargerThanRange {
                         key: match family {
-                            Family::V4 => "blockSize",
-                            Family::V6 => "blockSize6",
+                            IpFamily::V4 => "blockSize",
+                            IpFamily::V6 => "blockSize6",
                         },
                         block,
                         subnet: range.subnet,

@@ -24,6 +24,7 @@ use host_local::lease::Attachment;
 use host_local::range_set::RangeSet;
 use host_local::store::{LockedStore, Store};
 use ipnetwork::IpNetwork;
+use libcni::IpFamily;
 
 use crate::blocks;
 use crate::config::ClusterConfig;
@@ -282,7 +283,7 @@ impl<'a> PoolSession<'a> {
             ifname: attachment.ifname().to_string(),
         };
         let owner = record.owner(&self.cluster.node);
-        let block = blocks::block_of(ip, grid.prefix(host_local::addr::Family::of(ip)));
+        let block = blocks::block_of(ip, grid.prefix(IpFamily::of(ip)));
         for grid_written in [true, false] {
             let outcome = self
                 .etcd()?

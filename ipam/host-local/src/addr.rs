@@ -6,29 +6,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The address family of an address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub fn of(ip: IpAddr) -> Family {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    /// Address width in bits.
-    pub fn bits(self) -> u8 {
-        match self {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        }
-    }
-}
+use libcni::IpFamily;
 
 /// The address in its own family's canonical form: an IPv4-mapped IPv6
 /// address (`::ffff:a.b.c.d`) is the IPv4 address, as the reference treats
@@ -45,17 +23,17 @@ pub fn to_u128(ip: IpAddr) -> u128 {
 }
 
 /// The address of `family` with integer value `n` (truncated to the width).
-pub fn from_u128(family: Family, n: u128) -> IpAddr {
+pub fn from_u128(family: IpFamily, n: u128) -> IpAddr {
     match family {
         // Truncation to 32 bits is the intent: IPv4 arithmetic wraps there.
-        Family::V4 => IpAddr::V4(Ipv4Addr::from((n & 0xffff_ffff) as u32)),
-        Family::V6 => IpAddr::V6(Ipv6Addr::from(n)),
+        IpFamily::V4 => IpAddr::V4(Ipv4Addr::from((n & 0xffff_ffff) as u32)),
+        IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(n)),
     }
 }
 
 /// The next address of the same family, wrapping at the top.
 pub fn next(ip: IpAddr) -> IpAddr {
-    let family = Family::of(ip);
+    let family = IpFamily::of(ip);
     let max = max_value(family);
     let n = to_u128(ip);
     from_u128(family, if n == max { 0 } else { n + 1 })
@@ -63,20 +41,20 @@ pub fn next(ip: IpAddr) -> IpAddr {
 
 /// The address before `ip`, wrapping at zero.
 pub fn prev(ip: IpAddr) -> IpAddr {
-    let family = Family::of(ip);
+    let family = IpFamily::of(ip);
     let n = to_u128(ip);
     from_u128(family, if n == 0 { max_value(family) } else { n - 1 })
 }
 
-fn max_value(family: Family) -> u128 {
+fn max_value(family: IpFamily) -> u128 {
     match family {
-        Family::V4 => u128::from(u32::MAX),
-        Family::V6 => u128::MAX,
+        IpFamily::V4 => u128::from(u32::MAX),
+        IpFamily::V6 => u128::MAX,
     }
 }
 
 /// The netmask of `prefix` bits as an integer of the family's width.
-pub fn mask(family: Family, prefix: u8) -> u128 {
+pub fn mask(family: IpFamily, prefix: u8) -> u128 {
     let bits = u32::from(family.bits());
     let prefix = u32::from(prefix).min(bits);
     if prefix == 0 {
@@ -94,7 +72,7 @@ pub fn parse_ip_maybe_prefix(s: &str) -> Option<IpAddr> {
         Some((addr, prefix)) => {
             let ip: IpAddr = addr.parse().ok()?;
             let prefix: u8 = prefix.parse().ok()?;
-            if prefix > Family::of(ip).bits() {
+            if prefix > IpFamily::of(ip).bits() {
                 return None;
             }
             ip
@@ -130,14 +108,14 @@ mod tests {
 
     #[test]
     fn masks() {
-        assert_eq!(mask(Family::V4, 24), 0xffff_ff00);
-        assert_eq!(mask(Family::V4, 0), 0);
-        assert_eq!(mask(Family::V4, 32), 0xffff_ffff);
+        assert_eq!(mask(IpFamily::V4, 24), 0xffff_ff00);
+        assert_eq!(mask(IpFamily::V4, 0), 0);
+        assert_eq!(mask(IpFamily::V4, 32), 0xffff_ffff);
         assert_eq!(
-            mask(Family::V6, 64),
+            mask(IpFamily::V6, 64),
             0xffff_ffff_ffff_ffff_0000_0000_0000_0000
         );
-        assert_eq!(mask(Family::V6, 128), u128::MAX);
+        assert_eq!(mask(IpFamily::V6, 128), u128::MAX);
     }
 
     #[test]

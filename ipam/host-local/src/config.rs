@@ -29,10 +29,11 @@ use std::time::Duration;
 use libcni::plugin_conf::is_valid_cni_name;
 use libcni::types::Route;
 use libcni::version::Semver;
+use libcni::IpFamily;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::addr::{self, Family};
+use crate::addr;
 use crate::range::RangeSpec;
 use crate::range_set::{RangeSet, RangeSetError};
 
@@ -260,7 +261,7 @@ impl IpamConfig {
 
         let cni_version = keys.cni_version.clone().unwrap_or_default();
         let per_family = |family| range_sets.iter().filter(|s| s.family() == family).count();
-        if per_family(Family::V4) > 1 || per_family(Family::V6) > 1 {
+        if per_family(IpFamily::V4) > 1 || per_family(IpFamily::V6) > 1 {
             // Results before 0.3.0 hold one address per family. A version
             // that does not parse is treated as old, as the reference does.
             let supports_many = cni_version

@@ -11,9 +11,10 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use libcni::IpFamily;
 use serde::Deserialize;
 
-use crate::addr::{self, Family};
+use crate::addr;
 
 /// A range as written in the configuration: strings, parsed and checked by
 /// [`Range::from_spec`]. An empty string counts as absent, as in the
@@ -112,7 +113,7 @@ impl Range {
             // neither an IPv4 nor a sensible IPv6 subnet.
             return Err(RangeError::MappedSubnet);
         }
-        let family = Family::of(given.ip());
+        let family = IpFamily::of(given.ip());
         let prefix = given.prefix();
         if prefix > family.bits() - 2 {
             return Err(RangeError::TooSmall(format!("{}/{}", given.ip(), prefix)));
@@ -128,7 +129,7 @@ impl Range {
         let subnet_name = format!("{network}/{prefix}");
 
         let gateway = parse_optional_ip("gateway", &spec.gateway)?.unwrap_or(addr::next(network));
-        if Family::of(gateway) != family {
+        if IpFamily::of(gateway) != family {
             return Err(RangeError::GatewayFamily {
                 gateway,
                 subnet: subnet_name,
@@ -140,7 +141,7 @@ impl Range {
         // As in the reference, each end is checked against the other one as
         // given: a start after the given end is "not in network".
         let within = |ip: IpAddr, lower: Option<IpAddr>, upper: Option<IpAddr>| {
-            Family::of(ip) == family
+            IpFamily::of(ip) == family
                 && subnet.contains(ip)
                 && lower.is_none_or(|l| addr::to_u128(ip) >= addr::to_u128(l))
                 && upper.is_none_or(|u| addr::to_u128(ip) <= addr::to_u128(u))
@@ -180,15 +181,15 @@ impl Range {
         })
     }
 
-    pub fn family(&self) -> Family {
-        Family::of(self.range_start)
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(self.range_start)
     }
 
     /// True when `ip` is an address this range hands out (gateway included:
     /// the iterator skips it, a request for it is refused separately).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = addr::canonical(ip);
-        Family::of(ip) == self.family()
+        IpFamily::of(ip) == self.family()
             && self.subnet.contains(ip)
             && addr::to_u128(ip) >= addr::to_u128(self.range_start)
             && addr::to_u128(ip) <= addr::to_u128(self.range_end)
@@ -218,12 +219,12 @@ impl fmt::Display for Range {
 /// The last address handed out by default: the IPv4 broadcast address is
 /// kept back, IPv6 has no broadcast.
 fn last_address(subnet: IpNetwork) -> IpAddr {
-    let family = Family::of(subnet.ip());
+    let family = IpFamily::of(subnet.ip());
     let host_bits = !addr::mask(family, subnet.prefix()) & addr::mask(family, family.bits());
     let last = addr::from_u128(family, addr::to_u128(subnet.ip()) | host_bits);
     match family {
-        Family::V4 => addr::prev(last),
-        Family::V6 => last,
+        IpFamily::V4 => addr::prev(last),
+        IpFamily::V6 => last,
     }
 }
 

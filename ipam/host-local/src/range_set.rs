@@ -4,7 +4,9 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::addr::{self, Family};
+use libcni::IpFamily;
+
+use crate::addr;
 use crate::range::{Range, RangeError, RangeSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,9 +61,9 @@ impl RangeSet {
         &self.ranges
     }
 
-    pub fn family(&self) -> Family {
+    pub fn family(&self) -> IpFamily {
         // Construction guarantees at least one range.
-        self.ranges.first().map_or(Family::V4, Range::family)
+        self.ranges.first().map_or(IpFamily::V4, Range::family)
     }
 
     /// The range handing out `ip`, if any.

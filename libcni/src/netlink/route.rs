@@ -220,12 +220,9 @@ impl Route {
     }
 }
 
-/// Address family filter for dumps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+/// Address family filter for dumps (the suite's one family type, kept
+/// importable from here).
+pub use crate::ip_family::IpFamily;
 
 impl NetlinkSocket<Rtnetlink> {
     // ---- links ----

@@ -47,7 +47,7 @@ impl RuleSpec {
     /// `from <source> lookup <table>`, priority left to the kernel.
     pub fn from_source(source: IpNetwork, table: u32) -> RuleSpec {
         RuleSpec {
-            family: family_of_network(&source),
+            family: IpFamily::of_network(&source),
             source: Some(source),
             destination: None,
             table,
@@ -192,14 +192,6 @@ fn address_family(family: IpFamily) -> AddressFamily {
     }
 }
 
-fn family_of_network(network: &IpNetwork) -> IpFamily {
-    if network.is_ipv4() {
-        IpFamily::V4
-    } else {
-        IpFamily::V6
-    }
-}
-
 /// The kernel refuses a prefix with host bits set.
 fn network_address(network: IpNetwork) -> IpAddr {
     match network {
@@ -210,7 +202,7 @@ fn network_address(network: IpNetwork) -> IpAddr {
 
 fn rule_message(spec: &RuleSpec) -> Result<RuleMessage, NetlinkError> {
     for network in [spec.source, spec.destination].into_iter().flatten() {
-        if family_of_network(&network) != spec.family {
+        if IpFamily::of_network(&network) != spec.family {
             return Err(NetlinkError::InvalidArgument(format!(
                 "rule selector {network} is not in the rule's family {:?}",
                 spec.family

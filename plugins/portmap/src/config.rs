@@ -20,9 +20,8 @@ use ipnetwork::IpNetwork;
 use libcni::go_compat;
 use libcni::plugin_conf::PluginConf;
 use libcni::types::v100;
+use libcni::IpFamily;
 use serde_json::{Map, Value};
-
-use crate::Family;
 
 /// The default mark bit telling the masquerade chain to act (Kubernetes
 /// uses 14 and 15, Calico 20 to 31).
@@ -155,8 +154,8 @@ pub struct PortMapping {
 impl PortMapping {
     /// Whether the mapping applies to a container address of `family`:
     /// a host IP of the other family is skipped, as in the reference.
-    pub fn applies_to(&self, family: Family) -> bool {
-        self.host_ip.is_none_or(|ip| Family::of(ip) == family)
+    pub fn applies_to(&self, family: IpFamily) -> bool {
+        self.host_ip.is_none_or(|ip| IpFamily::of(ip) == family)
     }
 
     /// The destination address to match, if any: an unspecified host IP
@@ -239,15 +238,15 @@ impl PortMapConf {
         })
     }
 
-    pub fn conditions(&self, family: Family) -> &[String] {
+    pub fn conditions(&self, family: IpFamily) -> &[String] {
         match family {
-            Family::V4 => &self.conditions_v4,
-            Family::V6 => &self.conditions_v6,
+            IpFamily::V4 => &self.conditions_v4,
+            IpFamily::V6 => &self.conditions_v6,
         }
     }
 
     /// The mappings that apply to a container address of `family`.
-    pub fn mappings_for(&self, family: Family) -> impl Iterator<Item = &PortMapping> {
+    pub fn mappings_for(&self, family: IpFamily) -> impl Iterator<Item = &PortMapping> {
         self.mappings.iter().filter(move |m| m.applies_to(family))
     }
 
@@ -517,16 +516,16 @@ impl ContainerIps {
         ips
     }
 
-    pub fn get(&self, family: Family) -> Option<IpNetwork> {
+    pub fn get(&self, family: IpFamily) -> Option<IpNetwork> {
         match family {
-            Family::V4 => self.v4,
-            Family::V6 => self.v6,
+            IpFamily::V4 => self.v4,
+            IpFamily::V6 => self.v6,
         }
     }
 
     /// `(family, address)` for each family the container has.
-    pub fn iter(&self) -> impl Iterator<Item = (Family, IpNetwork)> + '_ {
-        Family::ALL
+    pub fn iter(&self) -> impl Iterator<Item = (IpFamily, IpNetwork)> + '_ {
+        IpFamily::ALL
             .into_iter()
             .filter_map(|f| self.get(f).map(|ip| (f, ip)))
     }

@@ -22,61 +22,19 @@ pub mod localnet;
 pub mod nftables;
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::net::IpAddr;
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
-use libcni::netlink::{conntrack, IpFamily};
+use libcni::netlink::conntrack;
 use libcni::plugin_conf::ConfError;
 use libcni::skel::{about_string, CmdArgs, Plugin};
 use libcni::types::{v100, AnyResult, ResultError};
+use libcni::IpFamily;
 
 use config::{BackendChoice, BackendKind, ConfigError, ContainerIps, PortMapConf, Protocol};
 use iptables::{IptablesError, IptablesMapper};
 use localnet::LocalnetError;
 use nftables::{NftError, NftMapper};
-
-/// An IP address family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
-
-    pub fn of(ip: IpAddr) -> Family {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    /// The prefix length of a single address.
-    pub fn max_prefix(self) -> u8 {
-        match self {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        }
-    }
-
-    pub fn unspecified(self) -> IpAddr {
-        match self {
-            Family::V4 => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        })
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PortmapError {
@@ -227,7 +185,7 @@ fn prev_result(args: &CmdArgs) -> Result<Option<(AnyResult, v100::Result)>, Port
 /// After the rules are in place, UDP conntrack entries that still point
 /// to another container are removed. Failures are logged only: the rules
 /// are right, and the entries expire on their own.
-fn flush_udp_conntrack(conf: &PortMapConf, family: Family) {
+fn flush_udp_conntrack(conf: &PortMapConf, family: IpFamily) {
     let ports: BTreeSet<u16> = conf
         .mappings
         .iter()
@@ -235,11 +193,7 @@ fn flush_udp_conntrack(conf: &PortMapConf, family: Family) {
         .map(|m| m.host_port)
         .collect();
     for port in ports {
-        let ip_family = match family {
-            Family::V4 => IpFamily::V4,
-            Family::V6 => IpFamily::V6,
-        };
-        match conntrack::delete_udp_entries(ip_family, port) {
+        match conntrack::delete_udp_entries(family, port) {
             Ok(0) => {}
             Ok(n) => log::debug!("deleted {n} {family} UDP conntrack entries for port {port}"),
             Err(e) => log::warn!(

@@ -283,10 +283,10 @@ fn mapping_family_and_destination() {
         protocol: Protocol::Tcp,
         host_ip: ip.map(|s| s.parse().unwrap()),
     };
-    assert!(mapping(None).applies_to(Family::V4));
-    assert!(mapping(None).applies_to(Family::V6));
-    assert!(mapping(Some("0.0.0.0")).applies_to(Family::V4));
-    assert!(!mapping(Some("0.0.0.0")).applies_to(Family::V6));
+    assert!(mapping(None).applies_to(IpFamily::V4));
+    assert!(mapping(None).applies_to(IpFamily::V6));
+    assert!(mapping(Some("0.0.0.0")).applies_to(IpFamily::V4));
+    assert!(!mapping(Some("0.0.0.0")).applies_to(IpFamily::V6));
     assert_eq!(mapping(Some("0.0.0.0")).destination(), None);
     assert_eq!(mapping(Some("::")).destination(), None);
     assert_eq!(

@@ -11,10 +11,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
+use libcni::IpFamily;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-use crate::Family;
 
 /// How long `iptables-restore` waits for the xtables lock (legacy
 /// iptables only; iptables-nft has no such lock).
@@ -74,13 +73,13 @@ pub struct Tools {
 }
 
 impl Tools {
-    pub fn of(family: Family) -> Tools {
+    pub fn of(family: IpFamily) -> Tools {
         match family {
-            Family::V4 => Tools {
+            IpFamily::V4 => Tools {
                 save: "iptables-save",
                 restore: "iptables-restore",
             },
-            Family::V6 => Tools {
+            IpFamily::V6 => Tools {
                 save: "ip6tables-save",
                 restore: "ip6tables-restore",
             },

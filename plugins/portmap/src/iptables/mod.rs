@@ -28,9 +28,9 @@ use std::path::Path;
 use ipnetwork::IpNetwork;
 use libcni::error::ErrorCode;
 use libcni::lock::{FileLock, LockError, LockWait};
+use libcni::IpFamily;
 
 use crate::config::{ContainerIps, PortMapConf};
-use crate::Family;
 use exec::{ExecError, Tools};
 use rules::{
     dnat_chain_name, dnat_chain_rules, dnat_entry_jump, dnat_entry_rules, mark_masq_rule,
@@ -116,14 +116,14 @@ pub struct IptablesMapper {
     netlink: [bool; 2],
 }
 
-fn index(family: Family) -> usize {
+fn index(family: IpFamily) -> usize {
     match family {
-        Family::V4 => 0,
-        Family::V6 => 1,
+        IpFamily::V4 => 0,
+        IpFamily::V6 => 1,
     }
 }
 
-fn uses_netlink(family: Family) -> bool {
+fn uses_netlink(family: IpFamily) -> bool {
     libcni::nftables::iptables_nft::is_iptables_nft(Tools::of(family).save)
 }
 
@@ -133,7 +133,7 @@ impl IptablesMapper {
         Ok(IptablesMapper {
             _lock: FileLock::acquire(Path::new(LOCK_PATH), LOCK_WAIT)?,
             probed_v4: None,
-            netlink: [uses_netlink(Family::V4), uses_netlink(Family::V6)],
+            netlink: [uses_netlink(IpFamily::V4), uses_netlink(IpFamily::V6)],
         })
     }
 
@@ -147,16 +147,16 @@ impl IptablesMapper {
     /// Whether iptables works here: reads the IPv4 `nat` table (kept for
     /// the next operation, so auto-detection costs no extra process).
     pub fn probe(&mut self) -> Result<(), IptablesError> {
-        if self.netlink[index(Family::V4)] {
+        if self.netlink[index(IpFamily::V4)] {
             return nft::usable();
         }
-        let table = read_table(Family::V4)?;
+        let table = read_table(IpFamily::V4)?;
         self.probed_v4 = Some(table);
         Ok(())
     }
 
-    fn table(&mut self, family: Family) -> Result<NatTable, IptablesError> {
-        if family == Family::V4 {
+    fn table(&mut self, family: IpFamily) -> Result<NatTable, IptablesError> {
+        if family == IpFamily::V4 {
             if let Some(table) = self.probed_v4.take() {
                 return Ok(table);
             }
@@ -200,7 +200,7 @@ impl IptablesMapper {
     /// which names network and ID; chains without one are left alone.
     pub fn gc(&mut self, network: &str, valid: &BTreeSet<String>) -> Result<(), IptablesError> {
         let mut failures = Vec::new();
-        for family in Family::ALL {
+        for family in IpFamily::ALL {
             let table = match self.table(family) {
                 Ok(table) => table,
                 Err(e) => {
@@ -246,7 +246,7 @@ impl IptablesMapper {
         // One socket for both families: its drop parks it for the
         // detached release that ends the call (libcni::detached).
         let mut socket = None;
-        for family in Family::ALL {
+        for family in IpFamily::ALL {
             if self.netlink[index(family)] {
                 let removal = match socket.take() {
                     Some(s) => Ok(s),
@@ -306,23 +306,23 @@ fn neither_usable(mut failures: Vec<IptablesError>) -> Result<(), IptablesError>
 /// Whether iptables works on this host (reads the IPv4 `nat` table;
 /// takes no lock, as it changes nothing).
 pub fn probe_host() -> Result<(), IptablesError> {
-    if uses_netlink(Family::V4) {
+    if uses_netlink(IpFamily::V4) {
         return nft::usable();
     }
-    read_table(Family::V4).map(|_| ())
+    read_table(IpFamily::V4).map(|_| ())
 }
 
-fn read_table(family: Family) -> Result<NatTable, IptablesError> {
+fn read_table(family: IpFamily) -> Result<NatTable, IptablesError> {
     let text = Tools::of(family).save_nat()?;
     Ok(NatTable::parse(&text)?)
 }
 
 /// Conditions become arguments of restore lines: a line break inside one
 /// would start a new command.
-fn validate_conditions(conf: &PortMapConf, family: Family) -> Result<(), IptablesError> {
+fn validate_conditions(conf: &PortMapConf, family: IpFamily) -> Result<(), IptablesError> {
     let key = match family {
-        Family::V4 => "conditionsV4",
-        Family::V6 => "conditionsV6",
+        IpFamily::V4 => "conditionsV4",
+        IpFamily::V6 => "conditionsV6",
     };
     if conf
         .conditions(family)
@@ -376,7 +376,7 @@ fn add_input(
     container: IpNetwork,
     table: &NatTable,
 ) -> String {
-    let family = Family::of(container.ip());
+    let family = IpFamily::of(container.ip());
     let chain = dnat_chain_name(&conf.network, container_id);
     let mut input = RestoreInput::default();
 
@@ -520,7 +520,7 @@ fn check_table(
     container: IpNetwork,
     table: &NatTable,
 ) -> Result<(), String> {
-    let family = Family::of(container.ip());
+    let family = IpFamily::of(container.ip());
     let chain = dnat_chain_name(&conf.network, container_id);
     if !table.has_chain(&chain) {
         return Err(format!("chain {chain} not found in iptables table nat"));

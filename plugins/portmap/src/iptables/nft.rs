@@ -22,6 +22,7 @@ use libcni::nftables::iptables_nft::{self, AddressField, NAT_TABLE};
 use libcni::nftables::{
     retry_if_vanished, Batch, Expr, Family as NftFamily, ListedRule, NfTablesSocket, Rule, Verdict,
 };
+use libcni::IpFamily;
 
 use super::rules::{
     dnat_chain_name, dnat_chain_rules, dnat_entry_jump, dnat_entry_rules, mark_masq_rule,
@@ -30,17 +31,9 @@ use super::rules::{
 };
 use super::IptablesError;
 use crate::config::PortMapConf;
-use crate::Family;
 
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
-
-fn nft_family(family: Family) -> NftFamily {
-    match family {
-        Family::V4 => NftFamily::Ip,
-        Family::V6 => NftFamily::Ip6,
-    }
-}
 
 /// `0x2000/0x2000`.
 fn parse_mark(text: &str) -> Option<(u32, u32)> {
@@ -71,8 +64,8 @@ fn parse_network(text: &str) -> Option<IpNetwork> {
 
 /// One rule given as `iptables` arguments (the shapes of
 /// [`super::rules`]); `None` for anything else.
-pub(crate) fn encode(args: &[String], family: Family) -> Option<Rule> {
-    let v4 = family == Family::V4;
+pub(crate) fn encode(args: &[String], family: IpFamily) -> Option<Rule> {
+    let v4 = family == IpFamily::V4;
     let (mut protocol, mut source, mut destination) = (None, None, None);
     let mut matches: Vec<Expr> = Vec::new();
     let mut target: Option<&str> = None;
@@ -155,7 +148,7 @@ pub(crate) fn encode(args: &[String], family: Family) -> Option<Rule> {
     })
 }
 
-fn encode_all(rules: &[Vec<String>], family: Family) -> Option<Vec<Rule>> {
+fn encode_all(rules: &[Vec<String>], family: IpFamily) -> Option<Vec<Rule>> {
     rules.iter().map(|r| encode(r, family)).collect()
 }
 
@@ -172,7 +165,7 @@ pub(crate) fn forward(
     container_id: &str,
     container: IpNetwork,
 ) -> Result<bool, IptablesError> {
-    let family = Family::of(container.ip());
+    let family = IpFamily::of(container.ip());
     if !conf.conditions(family).is_empty() {
         return Ok(false);
     }
@@ -196,7 +189,7 @@ pub(crate) fn forward(
     ) else {
         return Ok(false);
     };
-    let nft = nft_family(family);
+    let nft = NftFamily::from(family);
     let mut socket = NfTablesSocket::open()?;
     retry_if_vanished(IptablesError::nftables_errno, || {
         let mut batch = Batch::new();
@@ -288,9 +281,9 @@ pub(crate) fn forward(
 pub(crate) fn remove_chains(
     socket: &mut NfTablesSocket,
     chains: &[&str],
-    family: Family,
+    family: IpFamily,
 ) -> Result<bool, IptablesError> {
-    let nft = nft_family(family);
+    let nft = NftFamily::from(family);
     let mut handled = true;
     retry_if_vanished(IptablesError::nftables_errno, || {
         let mut batch = Batch::new();
@@ -363,12 +356,12 @@ mod tests {
             "-p tcp --dport 80 -s 0.0.0.0/0 -j CNI-HOSTPORT-SETMARK",
         ];
         for rule in v4 {
-            assert!(encode(&args(rule), Family::V4).is_some(), "{rule}");
+            assert!(encode(&args(rule), IpFamily::V4).is_some(), "{rule}");
         }
         let v6 = "-p tcp --dport 80 -j DNAT --to-destination [fd00::2]:80";
-        assert!(encode(&args(v6), Family::V6).is_some());
+        assert!(encode(&args(v6), IpFamily::V6).is_some());
         // Masked like iptables: 10.88.0.2/16 is 10.88.0.0/16, two bytes.
-        let exprs = encode(&args(v4[3]), Family::V4).unwrap().exprs;
+        let exprs = encode(&args(v4[3]), IpFamily::V4).unwrap().exprs;
         assert!(exprs.contains(&Expr::Cmp {
             op: libcni::nftables::CmpOp::Eq,
             data: vec![10, 88]
@@ -385,7 +378,7 @@ mod tests {
             "-j SNAT --to-source 1.2.3.4",
             "-p tcp --dport 80",
         ] {
-            assert!(encode(&args(rule), Family::V4).is_none(), "{rule}");
+            assert!(encode(&args(rule), IpFamily::V4).is_none(), "{rule}");
         }
     }
 }

@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use libcni::IpFamily;
 use sha2::{Digest, Sha512};
 
 use crate::config::{PortMapConf, Protocol};
-use crate::Family;
 
 pub const TOP_LEVEL_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
 pub const SET_MARK_CHAIN: &str = "CNI-HOSTPORT-SETMARK";
@@ -149,7 +149,7 @@ pub fn parse_dnat_comment(comment: &str) -> Option<(&str, &str)> {
 pub fn dnat_entry_rules(
     conf: &PortMapConf,
     container_id: &str,
-    family: Family,
+    family: IpFamily,
     chain: &str,
 ) -> Vec<Vec<String>> {
     let comment = dnat_comment(&conf.network, container_id);
@@ -194,7 +194,7 @@ pub fn ip_port(ip: IpAddr, port: u16) -> String {
 /// container's family, the hairpin and (IPv4) localhost mark rules when
 /// SNAT is on, then the DNAT itself. The mark rules must come first.
 pub fn dnat_chain_rules(conf: &PortMapConf, container: IpNetwork) -> Vec<Vec<String>> {
-    let family = Family::of(container.ip());
+    let family = IpFamily::of(container.ip());
     let set_mark_chain = conf
         .external_set_mark_chain
         .as_deref()
@@ -213,8 +213,8 @@ pub fn dnat_chain_rules(conf: &PortMapConf, container: IpNetwork) -> Vec<Vec<Str
         }
         if conf.snat {
             let hairpin_source = match (conf.masq_all, family) {
-                (true, Family::V4) => "0.0.0.0/0".to_string(),
-                (true, Family::V6) => "::/0".to_string(),
+                (true, IpFamily::V4) => "0.0.0.0/0".to_string(),
+                (true, IpFamily::V6) => "::/0".to_string(),
                 // The container's address with its prefix: iptables turns
                 // it into the subnet, as the reference has always done.
                 (false, _) => container.to_string(),
@@ -223,7 +223,7 @@ pub fn dnat_chain_rules(conf: &PortMapConf, container: IpNetwork) -> Vec<Vec<Str
             hairpin.extend(["-s".to_string(), hairpin_source]);
             hairpin.extend(["-j".to_string(), set_mark_chain.to_string()]);
             rules.push(hairpin);
-            if family == Family::V4 && !conf.masq_all {
+            if family == IpFamily::V4 && !conf.masq_all {
                 let mut localhost = base.clone();
                 localhost.extend(args(&["-s", "127.0.0.1", "-j", set_mark_chain]));
                 rules.push(localhost);

@@ -145,7 +145,7 @@ fn conditions_are_quoted_as_single_arguments() {
         "{input}"
     );
     conf.conditions_v4 = vec!["-s".into(), "1.2.3.4\n-A INPUT -j DROP".into()];
-    assert!(validate_conditions(&conf, Family::V4)
+    assert!(validate_conditions(&conf, IpFamily::V4)
         .unwrap_err()
         .is_config());
 }
@@ -236,7 +236,7 @@ fn rule_meaning_normalises_addresses() {
 /// What `iptables-save` and `ip6tables-save` print, without dated comments.
 fn saved_text() -> String {
     let mut text = String::new();
-    for family in Family::ALL {
+    for family in IpFamily::ALL {
         text.push_str(&Tools::of(family).save_nat().unwrap());
     }
     text.lines()
@@ -272,7 +272,7 @@ fn kernel_rules() -> Vec<(String, String, Vec<u8>)> {
 #[test]
 fn netlink_writer_writes_what_iptables_nft_writes() {
     assert!(
-        uses_netlink(Family::V4) && uses_netlink(Family::V6),
+        uses_netlink(IpFamily::V4) && uses_netlink(IpFamily::V6),
         "this test needs iptables-nft as iptables and ip6tables (Debian's default)"
     );
     let ns_programs = conformance::testnet::TestNetns::new("pmprog");

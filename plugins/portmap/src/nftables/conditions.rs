@@ -17,9 +17,9 @@
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use libcni::IpFamily;
 
-use super::rules::{CmpOp, Direction, Matcher};
-use crate::Family;
+use super::rules::{nft_keyword, CmpOp, Direction, Matcher};
 
 /// The longest interface name the kernel accepts.
 const MAX_IFNAME_LEN: usize = 15;
@@ -36,16 +36,16 @@ pub struct ConditionError {
 /// The matchers for `conditions`, for rules of `family`.
 pub fn parse_conditions(
     conditions: &[String],
-    family: Family,
+    family: IpFamily,
 ) -> Result<Vec<Matcher>, ConditionError> {
     let key = match family {
-        Family::V4 => "conditionsV4",
-        Family::V6 => "conditionsV6",
+        IpFamily::V4 => "conditionsV4",
+        IpFamily::V6 => "conditionsV6",
     };
     let text = conditions.join(" ");
     let error = |at: &str, reason: &str| ConditionError {
         key,
-        keyword: family.nft_keyword(),
+        keyword: nft_keyword(family),
         at: at.to_string(),
         reason: reason.to_string(),
     };
@@ -63,7 +63,7 @@ pub fn parse_conditions(
         };
         match selector {
             "ip" | "ip6" => {
-                if selector != family.nft_keyword() {
+                if selector != nft_keyword(family) {
                     return Err(error(selector, "wrong address family for these conditions"));
                 }
                 let (field, tail) = tail
@@ -127,12 +127,12 @@ fn operator(tokens: &[String]) -> (CmpOp, &[String]) {
     }
 }
 
-fn parse_network(text: &str, family: Family) -> Option<IpNetwork> {
+fn parse_network(text: &str, family: IpFamily) -> Option<IpNetwork> {
     let network = match text.parse::<IpNetwork>() {
         Ok(n) => n,
         Err(_) => IpNetwork::from(text.parse::<IpAddr>().ok()?),
     };
-    (Family::of(network.ip()) == family).then_some(network)
+    (IpFamily::of(network.ip()) == family).then_some(network)
 }
 
 /// Splits on whitespace; `"..."` is one token without its quotes.
@@ -179,40 +179,40 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
-    fn text(matchers: &[Matcher], family: Family) -> Vec<String> {
+    fn text(matchers: &[Matcher], family: IpFamily) -> Vec<String> {
         matchers.iter().map(|m| m.nft_text(family)).collect()
     }
 
     #[test]
     fn reference_examples_parse() {
-        let m = parse_conditions(&strings(&["ip", "saddr", "1.2.3.4"]), Family::V4).unwrap();
-        assert_eq!(text(&m, Family::V4), ["ip saddr 1.2.3.4"]);
-        let m = parse_conditions(&strings(&["ip6", "saddr", "12::34"]), Family::V6).unwrap();
-        assert_eq!(text(&m, Family::V6), ["ip6 saddr 12::34"]);
+        let m = parse_conditions(&strings(&["ip", "saddr", "1.2.3.4"]), IpFamily::V4).unwrap();
+        assert_eq!(text(&m, IpFamily::V4), ["ip saddr 1.2.3.4"]);
+        let m = parse_conditions(&strings(&["ip6", "saddr", "12::34"]), IpFamily::V6).unwrap();
+        assert_eq!(text(&m, IpFamily::V6), ["ip6 saddr 12::34"]);
     }
 
     #[test]
     fn joined_and_split_forms_are_the_same() {
         let split = parse_conditions(
             &strings(&["ip", "daddr", "!=", "10.0.0.0/8", "iifname", "\"eth0\""]),
-            Family::V4,
+            IpFamily::V4,
         )
         .unwrap();
         let joined = parse_conditions(
             &strings(&["ip daddr != 10.0.0.0/8 iifname \"eth0\""]),
-            Family::V4,
+            IpFamily::V4,
         )
         .unwrap();
         assert_eq!(split, joined);
         assert_eq!(
-            text(&joined, Family::V4),
+            text(&joined, IpFamily::V4),
             ["ip daddr != 10.0.0.0/8", "iifname \"eth0\""]
         );
     }
 
     #[test]
     fn interface_prefix_and_meta_keyword() {
-        let m = parse_conditions(&strings(&["meta oifname != veth*"]), Family::V6).unwrap();
+        let m = parse_conditions(&strings(&["meta oifname != veth*"]), IpFamily::V6).unwrap();
         assert_eq!(
             m,
             [Matcher::InterfaceName {
@@ -222,13 +222,13 @@ mod tests {
                 prefix: true,
             }]
         );
-        assert_eq!(text(&m, Family::V6), ["oifname != \"veth*\""]);
+        assert_eq!(text(&m, IpFamily::V6), ["oifname != \"veth*\""]);
     }
 
     #[test]
     fn empty_conditions_give_no_matchers() {
-        assert!(parse_conditions(&[], Family::V4).unwrap().is_empty());
-        assert!(parse_conditions(&strings(&[""]), Family::V4)
+        assert!(parse_conditions(&[], IpFamily::V4).unwrap().is_empty());
+        assert!(parse_conditions(&strings(&[""]), IpFamily::V4)
             .unwrap()
             .is_empty());
     }
@@ -236,15 +236,15 @@ mod tests {
     #[test]
     fn unsupported_or_malformed_conditions_are_refused() {
         for (conditions, family) in [
-            (vec!["a", "b"], Family::V4),
-            (vec!["ip6 saddr ::1"], Family::V4),
-            (vec!["ip saddr 2001:db8::1"], Family::V4),
-            (vec!["ip protocol tcp"], Family::V4),
-            (vec!["ip saddr"], Family::V4),
-            (vec!["iifname \"eth0"], Family::V4),
-            (vec!["iifname averyveryverylongname"], Family::V4),
-            (vec!["meta"], Family::V4),
-            (vec!["tcp dport 80"], Family::V6),
+            (vec!["a", "b"], IpFamily::V4),
+            (vec!["ip6 saddr ::1"], IpFamily::V4),
+            (vec!["ip saddr 2001:db8::1"], IpFamily::V4),
+            (vec!["ip protocol tcp"], IpFamily::V4),
+            (vec!["ip saddr"], IpFamily::V4),
+            (vec!["iifname \"eth0"], IpFamily::V4),
+            (vec!["iifname averyveryverylongname"], IpFamily::V4),
+            (vec!["meta"], IpFamily::V4),
+            (vec!["tcp dport 80"], IpFamily::V6),
         ] {
             let e = parse_conditions(&strings(&conditions), family).unwrap_err();
             assert!(

@@ -50,10 +50,10 @@ use libcni::nftables::{
     retry_if_vanished, BaseChain, Batch, Hook, NfTablesError, NfTablesSocket, Rule, HOOK_OUTPUT,
     HOOK_POSTROUTING, HOOK_PREROUTING,
 };
+use libcni::IpFamily;
 use nix::errno::Errno;
 
 use crate::config::{ContainerIps, PortMapConf};
-use crate::Family;
 use conditions::{parse_conditions, ConditionError};
 use rules::{Action, Direction, Matcher, RuleSpec};
 
@@ -128,14 +128,6 @@ impl NftError {
     }
 }
 
-/// The nf_tables family of an address family's table.
-fn nft_family(family: Family) -> libcni::nftables::Family {
-    match family {
-        Family::V4 => libcni::nftables::Family::Ip,
-        Family::V6 => libcni::nftables::Family::Ip6,
-    }
-}
-
 /// The userdata of a container rule: the comment `nft` shows, then the
 /// network name when it fits.
 pub fn rule_userdata(comment: &str, network: &str) -> Result<Vec<u8>, NftError> {
@@ -201,7 +193,7 @@ fn spec_userdata(rule: &RuleSpec) -> Vec<u8> {
 /// A rule of our table as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedRule {
-    pub family: Family,
+    pub family: IpFamily,
     pub chain: String,
     pub handle: u64,
     pub comment: Option<String>,
@@ -219,7 +211,12 @@ impl ListedRule {
     }
 
     fn delete(&self, batch: &mut Batch) {
-        batch.delete_rule(nft_family(self.family), TABLE, &self.chain, self.handle);
+        batch.delete_rule(
+            libcni::nftables::Family::from(self.family),
+            TABLE,
+            &self.chain,
+            self.handle,
+        );
     }
 }
 
@@ -230,7 +227,7 @@ pub type ExistingChains = BTreeMap<String, Option<(u32, i32)>>;
 /// Everything an ADD writes for one family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FamilyPlan {
-    pub family: Family,
+    pub family: IpFamily,
     pub snat: bool,
     /// The rules of `hostports_all`, `prerouting` and `output`, which
     /// replace those chains' contents.
@@ -246,7 +243,7 @@ impl FamilyPlan {
         container_id: &str,
         container: IpNetwork,
     ) -> Result<FamilyPlan, ConditionError> {
-        let family = Family::of(container.ip());
+        let family = IpFamily::of(container.ip());
         let mut entry_matchers = parse_conditions(conf.conditions(family), family)?;
         entry_matchers.push(Matcher::LocalDestination);
 
@@ -316,7 +313,7 @@ impl FamilyPlan {
                 host
             };
             let mut sources = vec![source];
-            if family == Family::V4 && !conf.masq_all {
+            if family == IpFamily::V4 && !conf.masq_all {
                 sources.push(IpNetwork::from(IpAddr::V4(Ipv4Addr::LOCALHOST)));
             }
             for source in sources {
@@ -382,7 +379,7 @@ impl FamilyPlan {
     /// VM, more than all the rest of an ADD); so both happen only when
     /// something has to change.
     fn add_setup(&self, batch: &mut Batch, listed: &[ListedRule], existing: &ExistingChains) {
-        let family = nft_family(self.family);
+        let family = libcni::nftables::Family::from(self.family);
         // Creating an existing table is free; creating an existing chain
         // is not (see `base_chains_current`), so chains already in place
         // with the right hook are left out.
@@ -438,7 +435,7 @@ fn nat_hook(number: u32, priority: i32) -> Hook {
 
 fn add_rule(batch: &mut Batch, rule: &RuleSpec, userdata: Option<Vec<u8>>) {
     batch.add_rule(
-        nft_family(rule.family),
+        libcni::nftables::Family::from(rule.family),
         TABLE,
         rule.chain,
         &Rule {
@@ -483,7 +480,7 @@ impl NftMapper {
         mut may_keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<Vec<ListedRule>, NftError> {
         let mut rules = Vec::new();
-        for family in Family::ALL {
+        for family in IpFamily::ALL {
             rules.extend(self.list_where(family, None, &mut may_keep)?);
         }
         Ok(rules)
@@ -491,7 +488,7 @@ impl NftMapper {
 
     /// The rules of `chain` (of the whole table with `None`) in `family`;
     /// a missing table or chain lists as no rules.
-    fn list(&mut self, family: Family, chain: Option<&str>) -> Result<Vec<ListedRule>, NftError> {
+    fn list(&mut self, family: IpFamily, chain: Option<&str>) -> Result<Vec<ListedRule>, NftError> {
         self.list_where(family, chain, |_| true)
     }
 
@@ -501,13 +498,15 @@ impl NftMapper {
     /// of other pods are not copied.
     fn list_where(
         &mut self,
-        family: Family,
+        family: IpFamily,
         chain: Option<&str>,
         mut may_keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<Vec<ListedRule>, NftError> {
         let listed = self
             .socket
-            .list_rules_where(nft_family(family), TABLE, chain, |r| may_keep(r.userdata))
+            .list_rules_where(libcni::nftables::Family::from(family), TABLE, chain, |r| {
+                may_keep(r.userdata)
+            })
             .map_err(NftError::List)?;
         Ok(listed
             .into_iter()
@@ -527,7 +526,7 @@ impl NftMapper {
 
     /// Our chains in `family` that exist, with their hooks: one small
     /// request per chain, so nothing else of the ruleset is read.
-    pub fn existing_chains(&mut self, family: Family) -> Result<ExistingChains, NftError> {
+    pub fn existing_chains(&mut self, family: IpFamily) -> Result<ExistingChains, NftError> {
         let mut chains = ExistingChains::new();
         for name in [
             HOSTPORTS_CHAIN,
@@ -539,7 +538,7 @@ impl NftMapper {
         ] {
             let chain = self
                 .socket
-                .get_chain(nft_family(family), TABLE, name)
+                .get_chain(libcni::nftables::Family::from(family), TABLE, name)
                 .map_err(NftError::List)?;
             if let Some(chain) = chain {
                 let hook = chain.hook.map(|h| (h.number, h.priority));
@@ -660,7 +659,7 @@ impl NftMapper {
                 return Err(NftError::MissingRules(HOSTPORTS_CHAIN));
             }
             if conf.snat {
-                let wanted = if family == Family::V4 && !conf.masq_all {
+                let wanted = if family == IpFamily::V4 && !conf.masq_all {
                     2
                 } else {
                     1

@@ -10,9 +10,9 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::nftables::{DataRegister, Expr, MetaKey, PayloadBase, Verdict, IFNAMSIZ};
+use libcni::IpFamily;
 
 use crate::config::Protocol;
-use crate::Family;
 
 pub use libcni::nftables::CmpOp;
 
@@ -56,7 +56,7 @@ pub enum Action {
 /// One rule of a chain in table `cni_hostport` of `family`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSpec {
-    pub family: Family,
+    pub family: IpFamily,
     pub chain: &'static str,
     pub matchers: Vec<Matcher>,
     pub action: Action,
@@ -67,30 +67,19 @@ pub struct RuleSpec {
 /// `RTN_LOCAL` (rtnetlink.h), the route type `fib daddr type local` wants.
 const RTN_LOCAL: u32 = 2;
 
-impl Family {
-    /// The keyword of the family's address matches (`ip`, `ip6`).
-    pub fn nft_keyword(self) -> &'static str {
-        match self {
-            Family::V4 => "ip",
-            Family::V6 => "ip6",
-        }
-    }
+/// The keyword of the family's address matches (`ip`, `ip6`): the name of
+/// its nf_tables family.
+pub(crate) fn nft_keyword(family: IpFamily) -> &'static str {
+    libcni::nftables::Family::from(family).name()
+}
 
-    /// Offset and length of the source address in the network header.
-    fn address_field(self, direction: Direction) -> (u32, u32) {
-        match (self, direction) {
-            (Family::V4, Direction::Source) => (12, 4),
-            (Family::V4, Direction::Destination) => (16, 4),
-            (Family::V6, Direction::Source) => (8, 16),
-            (Family::V6, Direction::Destination) => (24, 16),
-        }
-    }
-
-    fn nft_family(self) -> libcni::nftables::Family {
-        match self {
-            Family::V4 => libcni::nftables::Family::Ip,
-            Family::V6 => libcni::nftables::Family::Ip6,
-        }
+/// Offset and length of an address in the family's network header.
+fn address_field(family: IpFamily, direction: Direction) -> (u32, u32) {
+    match (family, direction) {
+        (IpFamily::V4, Direction::Source) => (12, 4),
+        (IpFamily::V4, Direction::Destination) => (16, 4),
+        (IpFamily::V6, Direction::Source) => (8, 16),
+        (IpFamily::V6, Direction::Destination) => (24, 16),
     }
 }
 
@@ -110,7 +99,7 @@ fn address_bytes(ip: IpAddr) -> Vec<u8> {
 
 impl Matcher {
     /// The match as `nft list` prints it.
-    pub fn nft_text(&self, family: Family) -> String {
+    pub fn nft_text(&self, family: IpFamily) -> String {
         match self {
             Matcher::Address {
                 direction,
@@ -121,13 +110,13 @@ impl Matcher {
                     Direction::Source => "saddr",
                     Direction::Destination => "daddr",
                 };
-                let full = network.prefix() == family.max_prefix();
+                let full = network.prefix() == family.bits();
                 let value = if full {
                     network.ip().to_string()
                 } else {
                     format!("{}/{}", network.network(), network.prefix())
                 };
-                format!("{} {field} {}{value}", family.nft_keyword(), op_text(*op))
+                format!("{} {field} {}{value}", nft_keyword(family), op_text(*op))
             }
             Matcher::DestinationPort { protocol, port } => format!("{protocol} dport {port}"),
             Matcher::InterfaceName {
@@ -147,20 +136,20 @@ impl Matcher {
         }
     }
 
-    fn expressions(&self, family: Family, out: &mut Vec<Expr>) {
+    fn expressions(&self, family: IpFamily, out: &mut Vec<Expr>) {
         match self {
             Matcher::Address {
                 direction,
                 op,
                 network,
             } => {
-                let (offset, len) = family.address_field(*direction);
+                let (offset, len) = address_field(family, *direction);
                 out.push(Expr::Payload {
                     base: PayloadBase::Network,
                     offset,
                     len,
                 });
-                if network.prefix() < family.max_prefix() {
+                if network.prefix() < family.bits() {
                     let mask = match network.mask() {
                         IpAddr::V4(m) => m.octets().to_vec(),
                         IpAddr::V6(m) => m.octets().to_vec(),
@@ -221,7 +210,7 @@ impl Action {
         }
     }
 
-    fn expressions(&self, family: Family, out: &mut Vec<Expr>) {
+    fn expressions(&self, family: IpFamily, out: &mut Vec<Expr>) {
         match self {
             Action::Jump(chain) => out.push(Expr::Verdict(Verdict::Jump(chain.to_string()))),
             Action::DnatTo { address, port } => {
@@ -234,7 +223,7 @@ impl Action {
                     data: port.to_be_bytes().to_vec(),
                 });
                 out.push(Expr::Dnat {
-                    family: family.nft_family(),
+                    family: libcni::nftables::Family::from(family),
                 });
             }
             Action::Masquerade => out.push(Expr::Masquerade),
@@ -262,7 +251,7 @@ impl RuleSpec {
     pub fn nft_add_line(&self, table: &str) -> String {
         format!(
             "add rule {} {table} {} {}",
-            self.family.nft_keyword(),
+            nft_keyword(self.family),
             self.chain,
             self.nft_text()
         )

@@ -218,7 +218,7 @@ fn userdata_round_trips_and_reference_comments_parse() {
 #[test]
 fn ownership_of_listed_rules() {
     let rule = |chain: &str, comment: Option<&str>, network: Option<&str>| ListedRule {
-        family: Family::V4,
+        family: IpFamily::V4,
         chain: chain.to_string(),
         handle: 1,
         comment: comment.map(String::from),
@@ -237,7 +237,7 @@ fn ownership_of_listed_rules() {
 #[test]
 fn base_chains_are_rewritten_only_when_they_differ() {
     let plan = FamilyPlan::new(&reference_conf(), ID, "10.0.0.2/24".parse().unwrap()).unwrap();
-    let listed_rule = |family: Family, rule: &RuleSpec, spec: Option<String>| ListedRule {
+    let listed_rule = |family: IpFamily, rule: &RuleSpec, spec: Option<String>| ListedRule {
         family,
         chain: rule.chain.to_string(),
         handle: 1,
@@ -248,7 +248,7 @@ fn base_chains_are_rewritten_only_when_they_differ() {
     let current: Vec<ListedRule> = plan
         .base_rules
         .iter()
-        .map(|r| listed_rule(Family::V4, r, Some(spec_fingerprint(r))))
+        .map(|r| listed_rule(IpFamily::V4, r, Some(spec_fingerprint(r))))
         .collect();
     let flushes = |listed: &[ListedRule]| {
         setup_messages(&plan, listed, &ExistingChains::new())
@@ -274,7 +274,7 @@ fn base_chains_are_rewritten_only_when_they_differ() {
     let other_family: Vec<ListedRule> = current
         .iter()
         .map(|r| ListedRule {
-            family: Family::V6,
+            family: IpFamily::V6,
             ..r.clone()
         })
         .collect();

@@ -85,7 +85,7 @@ fn entry_rules_group_ports_by_protocol() {
         r
     };
     assert_eq!(
-        dnat_entry_rules(&conf, LONG_ID, Family::V4, chain),
+        dnat_entry_rules(&conf, LONG_ID, IpFamily::V4, chain),
         vec![
             rule("tcp", "8080,8081,8083,8084,8085,8086"),
             rule("udp", "8080,8082")
@@ -100,7 +100,7 @@ fn entry_rules_split_at_fifteen_ports() {
     conf.mappings = (1..=16)
         .map(|p| mapping(p, p, Protocol::Sctp, None))
         .collect();
-    let rules = dnat_entry_rules(&conf, "c", Family::V4, "X");
+    let rules = dnat_entry_rules(&conf, "c", IpFamily::V4, "X");
     assert_eq!(rules.len(), 2);
     assert!(rules[0].contains(&"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15".to_string()));
     assert!(rules[1].contains(&"16".to_string()));

@@ -12,7 +12,7 @@ fn address(direction: Direction, op: CmpOp, text: &str) -> Matcher {
 #[test]
 fn text_matches_nft_listing() {
     let rule = RuleSpec {
-        family: Family::V4,
+        family: IpFamily::V4,
         chain: "hostports",
         matchers: vec![
             address(Direction::Destination, CmpOp::Eq, "192.168.0.2"),
@@ -32,7 +32,7 @@ fn text_matches_nft_listing() {
         r#"add rule ip cni_hostport hostports ip daddr 192.168.0.2 tcp dport 8083 dnat to 10.0.0.2:83 comment "icee6giejonei6so""#
     );
     let rule = RuleSpec {
-        family: Family::V6,
+        family: IpFamily::V6,
         chain: "masquerading",
         matchers: vec![
             address(Direction::Source, CmpOp::Eq, "::/0"),
@@ -54,11 +54,11 @@ fn text_matches_nft_listing() {
         "dnat to [2001:db8::2]:85"
     );
     assert_eq!(
-        address(Direction::Source, CmpOp::Neq, "10.1.2.3/8").nft_text(Family::V4),
+        address(Direction::Source, CmpOp::Neq, "10.1.2.3/8").nft_text(IpFamily::V4),
         "ip saddr != 10.0.0.0/8"
     );
     assert_eq!(
-        Matcher::LocalDestination.nft_text(Family::V4),
+        Matcher::LocalDestination.nft_text(IpFamily::V4),
         "fib daddr type local"
     );
 }
@@ -72,7 +72,7 @@ fn names(rule: &RuleSpec) -> Vec<&'static str> {
 #[test]
 fn expressions_follow_nft() {
     let rule = RuleSpec {
-        family: Family::V4,
+        family: IpFamily::V4,
         chain: "prerouting",
         matchers: vec![
             address(Direction::Source, CmpOp::Eq, "10.0.0.0/8"),
@@ -101,7 +101,7 @@ fn expressions_follow_nft() {
         ]
     );
     let dnat = RuleSpec {
-        family: Family::V6,
+        family: IpFamily::V6,
         chain: "hostports",
         matchers: vec![Matcher::DestinationPort {
             protocol: Protocol::Sctp,
@@ -130,7 +130,7 @@ fn expressions_follow_nft() {
 #[test]
 fn fib_and_nat_expressions() {
     let mut out = Vec::new();
-    Matcher::LocalDestination.expressions(Family::V4, &mut out);
+    Matcher::LocalDestination.expressions(IpFamily::V4, &mut out);
     assert_eq!(
         out,
         [
@@ -148,7 +148,7 @@ fn fib_and_nat_expressions() {
         address: "10.0.0.2".parse().unwrap(),
         port: 80,
     }
-    .expressions(Family::V4, &mut out);
+    .expressions(IpFamily::V4, &mut out);
     assert_eq!(
         out,
         [
@@ -170,7 +170,7 @@ fn fib_and_nat_expressions() {
         address: "2001:db8::2".parse().unwrap(),
         port: 80,
     }
-    .expressions(Family::V6, &mut out);
+    .expressions(IpFamily::V6, &mut out);
     assert_eq!(
         out.last(),
         Some(&Expr::Dnat {
@@ -182,7 +182,7 @@ fn fib_and_nat_expressions() {
 #[test]
 fn addresses_are_masked_unless_full_length() {
     let mut out = Vec::new();
-    address(Direction::Source, CmpOp::Neq, "10.1.2.3/8").expressions(Family::V4, &mut out);
+    address(Direction::Source, CmpOp::Neq, "10.1.2.3/8").expressions(IpFamily::V4, &mut out);
     assert_eq!(
         out,
         [
@@ -199,7 +199,7 @@ fn addresses_are_masked_unless_full_length() {
         ]
     );
     let mut out = Vec::new();
-    address(Direction::Destination, CmpOp::Eq, "2001:db8::1").expressions(Family::V6, &mut out);
+    address(Direction::Destination, CmpOp::Eq, "2001:db8::1").expressions(IpFamily::V6, &mut out);
     assert_eq!(out.len(), 2);
     assert_eq!(
         out[0],
@@ -220,7 +220,7 @@ fn interface_names_exact_and_prefix() {
         name: "eth0".into(),
         prefix: false,
     }
-    .expressions(Family::V4, &mut out);
+    .expressions(IpFamily::V4, &mut out);
     let mut padded = b"eth0".to_vec();
     padded.resize(16, 0);
     assert_eq!(
@@ -240,7 +240,7 @@ fn interface_names_exact_and_prefix() {
         name: "veth".into(),
         prefix: true,
     }
-    .expressions(Family::V4, &mut out);
+    .expressions(IpFamily::V4, &mut out);
     assert_eq!(
         out,
         [
