@@ -10,7 +10,7 @@
 //! - system helpers shared by the plugins: network namespaces ([`netns`]),
 //!   netlink ([`netlink`]: one socket core for rtnetlink, nfnetlink and the
 //!   plugins' own families), nf_tables ([`nftables`]), the iptables
-//!   programs, sysctls ([`sysctl`]) and the one IP family
+//!   programs ([`iptables`]), sysctls ([`sysctl`]) and the one IP family
 //!   type ([`IpFamily`]).
 
 pub mod args;
@@ -25,6 +25,7 @@ pub mod hwaddr;
 pub mod iface;
 pub mod invoke;
 pub mod ip_family;
+pub mod iptables;
 pub mod link_name;
 pub mod lock;
 pub mod logging;
