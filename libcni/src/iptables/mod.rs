@@ -169,9 +169,14 @@ impl Programs {
         iptables_nft::is_iptables_nft(&self.save)
     }
 
+    /// `<save> -t <table>`: the table as printed.
+    pub fn save(&self, table: &str) -> Result<String, CommandError> {
+        self.run(&self.save, &["-t", table], None)
+    }
+
     /// `<save> -t <table>`, parsed.
     pub fn read(&self, table: &str) -> Result<SavedTable, CommandError> {
-        let text = self.run(&self.save, &["-t", table], None)?;
+        let text = self.save(table)?;
         SavedTable::parse(&text, table).map_err(|source| CommandError::Unreadable {
             program: self.save.clone(),
             source,

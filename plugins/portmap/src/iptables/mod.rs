@@ -16,10 +16,8 @@
 //! one step for every portmap on the host. nftables needs no such lock: a
 //! whole ADD is one kernel batch.
 
-pub mod exec;
 mod nft;
 pub mod rules;
-pub mod save;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -27,17 +25,19 @@ use std::path::Path;
 
 use ipnetwork::IpNetwork;
 use libcni::error::ErrorCode;
+use libcni::iptables::{
+    join_args, option_value, CommandError, Programs, RestoreScript, SavedTable,
+};
 use libcni::lock::{FileLock, LockError, LockWait};
+use libcni::nftables::iptables_nft::NAT_TABLE;
 use libcni::IpFamily;
 
 use crate::config::{ContainerIps, PortMapConf};
-use exec::{ExecError, Tools};
 use rules::{
     dnat_chain_name, dnat_chain_rules, dnat_entry_jump, dnat_entry_rules, mark_masq_rule,
     masq_entry_jump, old_snat_chain_name, parse_dnat_comment, set_mark_rule, DNAT_ENTRY_CHAINS,
     MARK_MASQ_CHAIN, MASQ_ENTRY_CHAIN, SET_MARK_CHAIN, TOP_LEVEL_DNAT_CHAIN,
 };
-use save::{join_args, option_value, NatTable, SaveParseError};
 
 /// The host lock's file; `/run` is per boot, like the rules it protects.
 pub const LOCK_PATH: &str = "/run/cni-portmap.lock";
@@ -53,9 +53,7 @@ pub enum IptablesError {
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
-    Exec(#[from] ExecError),
-    #[error("cannot read iptables-save output: {0}")]
-    Parse(#[from] SaveParseError),
+    Command(#[from] CommandError),
     #[error("neither iptables nor ip6tables is usable, (iptables) {v4}, (ip6tables) {v6}")]
     NeitherUsable {
         v4: Box<IptablesError>,
@@ -76,11 +74,9 @@ impl IptablesError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             IptablesError::Lock(e) => e.error_code(),
-            IptablesError::Exec(e) if e.is_lock_timeout() => ErrorCode::TryAgainLater,
+            IptablesError::Command(e) => e.error_code(),
             IptablesError::InvalidCondition { .. } => ErrorCode::InvalidNetworkConfig,
-            IptablesError::Exec(_)
-            | IptablesError::Parse(_)
-            | IptablesError::NeitherUsable { .. }
+            IptablesError::NeitherUsable { .. }
             | IptablesError::Check(_)
             | IptablesError::NfTables(_) => ErrorCode::Internal,
         }
@@ -111,7 +107,7 @@ pub struct IptablesMapper {
     _lock: FileLock,
     /// The IPv4 table read by [`IptablesMapper::probe`], still current
     /// because the lock is held and nothing was written since.
-    probed_v4: Option<NatTable>,
+    probed_v4: Option<SavedTable>,
     /// Whether each family's iptables is iptables-nft ([`nft`] writes).
     netlink: [bool; 2],
 }
@@ -124,7 +120,7 @@ fn index(family: IpFamily) -> usize {
 }
 
 fn uses_netlink(family: IpFamily) -> bool {
-    libcni::nftables::iptables_nft::is_iptables_nft(Tools::of(family).save)
+    Programs::of(family).is_iptables_nft()
 }
 
 impl IptablesMapper {
@@ -155,7 +151,7 @@ impl IptablesMapper {
         Ok(())
     }
 
-    fn table(&mut self, family: IpFamily) -> Result<NatTable, IptablesError> {
+    fn table(&mut self, family: IpFamily) -> Result<SavedTable, IptablesError> {
         if family == IpFamily::V4 {
             if let Some(table) = self.probed_v4.take() {
                 return Ok(table);
@@ -177,9 +173,8 @@ impl IptablesMapper {
                 continue;
             }
             let table = self.table(family)?;
-            let input = add_input(conf, container_id, ip, &table);
-            log::debug!("{family} iptables-restore input:\n{input}");
-            Tools::of(family).restore(&input)?;
+            let script = add_script(conf, container_id, ip, &table);
+            Programs::of(family).restore(&script)?;
         }
         Ok(())
     }
@@ -218,9 +213,8 @@ impl IptablesMapper {
                 })
                 .collect();
             let stale: Vec<&str> = stale.iter().map(String::as_str).collect();
-            if let Some(input) = delete_input(&table, &stale) {
-                log::debug!("{family} iptables-restore input:\n{input}");
-                Tools::of(family).restore(&input)?;
+            if let Some(script) = delete_script(&table, &stale) {
+                Programs::of(family).restore(&script)?;
             }
         }
         neither_usable(failures)
@@ -277,9 +271,8 @@ impl IptablesMapper {
                     continue;
                 }
             };
-            if let Some(input) = delete_input(&table, chains) {
-                log::debug!("{family} iptables-restore input:\n{input}");
-                Tools::of(family).restore(&input)?;
+            if let Some(script) = delete_script(&table, chains) {
+                Programs::of(family).restore(&script)?;
             }
         }
         neither_usable(failures)
@@ -312,9 +305,8 @@ pub fn probe_host() -> Result<(), IptablesError> {
     read_table(IpFamily::V4).map(|_| ())
 }
 
-fn read_table(family: IpFamily) -> Result<NatTable, IptablesError> {
-    let text = Tools::of(family).save_nat()?;
-    Ok(NatTable::parse(&text)?)
+fn read_table(family: IpFamily) -> Result<SavedTable, IptablesError> {
+    Ok(Programs::of(family).read(NAT_TABLE)?)
 }
 
 /// Conditions become arguments of restore lines: a line break inside one
@@ -337,122 +329,87 @@ fn validate_conditions(conf: &PortMapConf, family: IpFamily) -> Result<(), Iptab
     Ok(())
 }
 
-/// Restore input for one table, built in the order restore needs: chain
-/// declarations first, then rule commands.
-#[derive(Debug, Default)]
-struct RestoreInput {
-    chains: Vec<String>,
-    commands: Vec<String>,
-}
-
-impl RestoreInput {
-    /// `:<chain> - [0:0]`: creates the chain, or flushes it if it exists.
-    fn declare(&mut self, chain: &str) {
-        self.chains.push(format!(":{chain} - [0:0]"));
-    }
-
-    fn append(&mut self, chain: &str, args: &[String]) {
-        self.commands
-            .push(format!("-A {chain} {}", join_args(args)));
-    }
-
-    fn render(self) -> String {
-        let mut out = String::from("*nat\n");
-        for line in self.chains.into_iter().chain(self.commands) {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out.push_str("COMMIT\n");
-        out
-    }
-}
-
 /// The change an ADD makes to `table`: shared chains and jumps where they
 /// are missing, the container chain replaced whole, and its entry rules
 /// replaced.
-fn add_input(
+fn add_script(
     conf: &PortMapConf,
     container_id: &str,
     container: IpNetwork,
-    table: &NatTable,
-) -> String {
+    table: &SavedTable,
+) -> RestoreScript {
     let family = IpFamily::of(container.ip());
     let chain = dnat_chain_name(&conf.network, container_id);
-    let mut input = RestoreInput::default();
+    let mut script = RestoreScript::new(NAT_TABLE);
 
     if conf.snat && conf.external_set_mark_chain.is_none() {
         let mark = conf.mark_value();
         if !table.has_chain(SET_MARK_CHAIN) {
-            input.declare(SET_MARK_CHAIN);
+            script.declare_chain(SET_MARK_CHAIN);
         }
         if !table.has_rule(SET_MARK_CHAIN, &set_mark_rule(mark)) {
-            input.append(SET_MARK_CHAIN, &set_mark_rule(mark));
+            script.append(SET_MARK_CHAIN, &set_mark_rule(mark));
         }
         if !table.has_chain(MARK_MASQ_CHAIN) {
-            input.declare(MARK_MASQ_CHAIN);
+            script.declare_chain(MARK_MASQ_CHAIN);
         }
         if !table.has_rule(MARK_MASQ_CHAIN, &mark_masq_rule(mark)) {
-            input.append(MARK_MASQ_CHAIN, &mark_masq_rule(mark));
+            script.append(MARK_MASQ_CHAIN, &mark_masq_rule(mark));
         }
         // First in POSTROUTING: the bridge and ptp plugins' masquerade
         // rules further down would otherwise take the packet.
         if !table.has_rule(MASQ_ENTRY_CHAIN, &masq_entry_jump()) {
-            input.commands.push(format!(
-                "-I {MASQ_ENTRY_CHAIN} 1 {}",
-                join_args(&masq_entry_jump())
-            ));
+            script.insert(MASQ_ENTRY_CHAIN, 1, &masq_entry_jump());
         }
     }
 
     if !table.has_chain(TOP_LEVEL_DNAT_CHAIN) {
-        input.declare(TOP_LEVEL_DNAT_CHAIN);
+        script.declare_chain(TOP_LEVEL_DNAT_CHAIN);
     }
     for entry_chain in DNAT_ENTRY_CHAINS {
         if !table.has_rule(entry_chain, &dnat_entry_jump()) {
-            input.append(entry_chain, &dnat_entry_jump());
+            script.append(entry_chain, &dnat_entry_jump());
         }
     }
 
     // Declaring the container chain creates it or empties it, so a repeated
     // ADD replaces the rules instead of duplicating them; its old entry
     // rules go for the same reason.
-    input.declare(&chain);
+    script.declare_chain(&chain);
     for reference in table.references_to(&chain) {
-        input
-            .commands
-            .push(format!("-D {} {}", reference.chain, reference.text));
+        script.delete(reference);
     }
     for rule in dnat_chain_rules(conf, container) {
-        input.append(&chain, &rule);
+        script.append(&chain, &rule);
     }
     for rule in dnat_entry_rules(conf, container_id, family, &chain) {
-        input.append(TOP_LEVEL_DNAT_CHAIN, &rule);
+        script.append(TOP_LEVEL_DNAT_CHAIN, &rule);
     }
-    input.render()
+    script
 }
 
 /// The change that removes `chains` and every rule jumping to them, or
 /// `None` when none of that exists.
-fn delete_input(table: &NatTable, chains: &[&str]) -> Option<String> {
-    let mut input = RestoreInput::default();
-    let mut removals = Vec::new();
+fn delete_script(table: &SavedTable, chains: &[&str]) -> Option<RestoreScript> {
+    let mut script = RestoreScript::new(NAT_TABLE);
+    let mut removed = Vec::new();
     for chain in chains {
         for reference in table.references_to(chain) {
-            input
-                .commands
-                .push(format!("-D {} {}", reference.chain, reference.text));
+            script.delete(reference);
         }
         if table.has_chain(chain) {
             // Declaring empties the chain, so it can be deleted.
-            input.declare(chain);
-            removals.push(format!("-X {chain}"));
+            script.declare_chain(chain);
+            removed.push(*chain);
         }
     }
-    if input.chains.is_empty() && input.commands.is_empty() {
+    if script.is_empty() {
         return None;
     }
-    input.commands.extend(removals);
-    Some(input.render())
+    for chain in removed {
+        script.delete_chain(chain);
+    }
+    Some(script)
 }
 
 /// What a rule of a container chain does, in a form where the rule as
@@ -518,7 +475,7 @@ fn check_table(
     conf: &PortMapConf,
     container_id: &str,
     container: IpNetwork,
-    table: &NatTable,
+    table: &SavedTable,
 ) -> Result<(), String> {
     let family = IpFamily::of(container.ip());
     let chain = dnat_chain_name(&conf.network, container_id);

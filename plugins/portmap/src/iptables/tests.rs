@@ -71,8 +71,21 @@ fn container() -> IpNetwork {
     "10.88.0.2/16".parse().unwrap()
 }
 
-fn table(text: &str) -> NatTable {
-    NatTable::parse(text).unwrap()
+fn table(text: &str) -> SavedTable {
+    SavedTable::parse(text, "nat").unwrap()
+}
+
+fn add_input(
+    conf: &PortMapConf,
+    container_id: &str,
+    container: IpNetwork,
+    table: &SavedTable,
+) -> String {
+    add_script(conf, container_id, container, table).render()
+}
+
+fn delete_input(table: &SavedTable, chains: &[&str]) -> Option<String> {
+    delete_script(table, chains).map(|script| script.render())
 }
 
 #[test]
@@ -237,7 +250,7 @@ fn rule_meaning_normalises_addresses() {
 fn saved_text() -> String {
     let mut text = String::new();
     for family in IpFamily::ALL {
-        text.push_str(&Tools::of(family).save_nat().unwrap());
+        text.push_str(&Programs::of(family).save("nat").unwrap());
     }
     text.lines()
         .filter(|l| !l.starts_with('#'))
