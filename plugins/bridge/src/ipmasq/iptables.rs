@@ -13,28 +13,23 @@
 //! address family: where `iptables` is iptables-nft, in-process over
 //! netlink as iptables-nft itself would write them ([`nft`]); elsewhere
 //! (iptables-legacy) with `iptables-save -t nat` and one
-//! `iptables-restore --noflush`, which is atomic and waits a bounded time
-//! for the xtables lock. Reading first makes ADD idempotent (no duplicate
-//! rules) and lets DEL delete exactly the rules that exist.
+//! `iptables-restore --noflush` ([`libcni::iptables`]), which is atomic and
+//! waits a bounded time for the xtables lock. Reading first makes ADD
+//! idempotent (no duplicate rules) and lets DEL delete exactly the rules
+//! that exist.
 
 mod nft;
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 use ipnetwork::IpNetwork;
+use libcni::iptables::{join_args, CommandError, Programs, RestoreScript, SavedRule, SavedTable};
+use libcni::nftables::iptables_nft::NAT_TABLE;
 use libcni::plugin_conf::GcAttachment;
+use libcni::IpFamily;
 
 use super::names::{go_quote, iptables_chain, iptables_comment};
 use super::IpMasqError;
-
-/// Seconds `iptables-restore` waits for the xtables lock before giving up
-/// (the reference waits forever).
-pub const LOCK_WAIT_SECONDS: u32 = 10;
-
-/// `iptables-restore` exits with this status when it could not get the lock.
-const RESOURCE_PROBLEM: i32 = 4;
 
 /// How changes reach the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,53 +44,25 @@ pub enum Writer {
 #[derive(Debug, Clone)]
 pub(crate) struct Tools {
     writer: Writer,
-    save: String,
-    restore: String,
-    multicast: IpNetwork,
-    /// Extra environment for both programs (tests point the xtables lock
-    /// file elsewhere).
-    env: Vec<(String, String)>,
-    lock_wait_seconds: u32,
+    family: IpFamily,
+    programs: Programs,
 }
 
 impl Tools {
-    pub(crate) fn v4() -> Tools {
+    pub(crate) fn of(family: IpFamily) -> Tools {
+        let programs = Programs::of(family);
         Tools {
-            writer: Writer::detect("iptables-save"),
-            save: "iptables-save".into(),
-            restore: "iptables-restore".into(),
-            multicast: network([224, 0, 0, 0].into(), 4),
-            env: Vec::new(),
-            lock_wait_seconds: LOCK_WAIT_SECONDS,
+            writer: Writer::of(&programs),
+            family,
+            programs,
         }
     }
 
-    pub(crate) fn v6() -> Tools {
-        Tools {
-            writer: Writer::detect("ip6tables-save"),
-            save: "ip6tables-save".into(),
-            restore: "ip6tables-restore".into(),
-            multicast: network([0xff00, 0, 0, 0, 0, 0, 0, 0].into(), 8),
-            env: Vec::new(),
-            lock_wait_seconds: LOCK_WAIT_SECONDS,
-        }
-    }
-
+    /// The same family with other programs, which are always run (tests
+    /// use legacy iptables with its lock file elsewhere).
     #[cfg(test)]
-    fn with_programs(
-        mut self,
-        save: &str,
-        restore: &str,
-        env: &[(&str, &str)],
-        lock_wait_seconds: u32,
-    ) -> Tools {
-        self.save = save.into();
-        self.restore = restore.into();
-        self.env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        self.lock_wait_seconds = lock_wait_seconds;
+    fn with_programs(mut self, programs: Programs) -> Tools {
+        self.programs = programs;
         self.writer = Writer::Programs;
         self
     }
@@ -107,24 +74,26 @@ impl Tools {
         self
     }
 
-    fn is_v4(&self) -> bool {
-        self.multicast.is_ipv4()
+    /// What the masquerade rule leaves alone: the family's multicast.
+    fn multicast(&self) -> IpNetwork {
+        match self.family {
+            IpFamily::V4 => network([224, 0, 0, 0].into(), 4),
+            IpFamily::V6 => network([0xff00, 0, 0, 0, 0, 0, 0, 0].into(), 8),
+        }
     }
 
     /// The current `nat` table, or with the netlink writer what an
     /// operation on `chain` needs of it (see [`nft::read`]).
     pub(crate) fn read_nat(&self, chain: Option<&str>) -> Result<NatTable, IpMasqError> {
         if self.writer == Writer::Netlink {
-            // Failing to read is failing to read, whichever way: the same
-            // error as a failed `iptables-save`, which DEL and GC ignore.
-            return nft::read(self.is_v4(), chain).map_err(|e| IpMasqError::Command {
-                program: self.save.clone(),
-                status: "over netlink".into(),
-                stderr: e.to_string(),
+            // Failing to read is failing to read, whichever way: an error
+            // of the save program, which DEL and GC ignore.
+            return nft::read(self.family, chain).map_err(|source| IpMasqError::NetlinkRead {
+                program: self.programs.save_name().to_string(),
+                source,
             });
         }
-        let out = self.run(&self.save, &["-t", "nat"], None)?;
-        Ok(NatTable::parse(&out))
+        Ok(NatTable::from_saved(self.programs.read(NAT_TABLE)?))
     }
 
     /// Whether iptables works here (the backend choice when none is
@@ -141,88 +110,24 @@ impl Tools {
     /// Applies `changes` read from `table` at once.
     fn apply(&self, changes: &[Change], table: &NatTable) -> Result<(), IpMasqError> {
         if self.writer == Writer::Netlink {
-            if let Some(batch) = nft::batch(changes, table, self.is_v4()) {
-                log::debug!("{} nat: {} changes over netlink", self.save, changes.len());
+            if let Some(batch) = nft::batch(changes, table, self.family) {
+                log::debug!(
+                    "{} nat: {} changes over netlink",
+                    self.programs.save_name(),
+                    changes.len()
+                );
                 return nft::commit(batch);
             }
             log::debug!("a rule iptables-nft would refuse: running the programs");
         }
-        let lines: Vec<String> = changes.iter().map(Change::restore_line).collect();
-        self.restore(&lines)
-    }
-
-    /// Applies a restore script (without the `*nat`/`COMMIT` frame).
-    fn restore(&self, lines: &[String]) -> Result<(), IpMasqError> {
-        let mut script = String::from("*nat\n");
-        for line in lines {
-            script.push_str(line);
-            script.push('\n');
-        }
-        script.push_str("COMMIT\n");
-        log::debug!("{} --noflush:\n{script}", self.restore);
-        let wait = self.lock_wait_seconds.to_string();
-        self.run(
-            &self.restore,
-            &["--noflush", "-w", &wait],
-            Some(script.as_bytes()),
-        )
-        .map(|_| ())
-    }
-
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> Result<String, IpMasqError> {
-        // The child inherits the calling thread's network namespace.
-        let mut child = Command::new(program)
-            .args(args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| IpMasqError::Spawn {
-                program: program.to_string(),
-                source,
-            })?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            // A failed write shows up as the program's own error below.
-            let _ = pipe.write_all(input);
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|source| IpMasqError::Spawn {
-                program: program.to_string(),
-                source,
-            })?;
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        if out.status.code() == Some(RESOURCE_PROBLEM) && stderr.contains("xtables lock") {
-            return Err(IpMasqError::XtablesLock {
-                program: program.to_string(),
-                seconds: self.lock_wait_seconds,
-            });
-        }
-        Err(IpMasqError::Command {
-            program: program.to_string(),
-            status: out.status.to_string(),
-            stderr,
-        })
+        Ok(self.programs.restore(&restore_script(changes))?)
     }
 }
 
 impl Writer {
-    /// Netlink where `program` is iptables-nft, else the programs.
-    fn detect(program: &str) -> Writer {
-        if libcni::nftables::iptables_nft::is_iptables_nft(program) {
+    /// Netlink where the programs are iptables-nft, else the programs.
+    fn of(programs: &Programs) -> Writer {
+        if programs.is_iptables_nft() {
             Writer::Netlink
         } else {
             Writer::Programs
@@ -235,22 +140,24 @@ impl Writer {
 pub(crate) enum Change {
     NewChain(String),
     Append { chain: String, spec: RuleSpec },
-    Delete(SavedRule),
+    Delete(NatRule),
     Flush(String),
     DeleteChain(String),
 }
 
-impl Change {
-    /// The change as an `iptables-restore` line.
-    fn restore_line(&self) -> String {
-        match self {
-            Change::NewChain(chain) => format!(":{chain} - [0:0]"),
-            Change::Append { chain, spec } => format!("-A {chain} {}", spec.render()),
-            Change::Delete(rule) => format!("-D {}", rule.text),
-            Change::Flush(chain) => format!("-F {chain}"),
-            Change::DeleteChain(chain) => format!("-X {chain}"),
+/// `changes` as one `iptables-restore` script.
+fn restore_script(changes: &[Change]) -> RestoreScript {
+    let mut script = RestoreScript::new(NAT_TABLE);
+    for change in changes {
+        match change {
+            Change::NewChain(chain) => script.declare_chain(chain),
+            Change::Append { chain, spec } => script.append(chain, &spec.args()),
+            Change::Delete(rule) => script.delete(&rule.saved),
+            Change::Flush(chain) => script.flush_chain(chain),
+            Change::DeleteChain(chain) => script.delete_chain(chain),
         }
     }
+    script
 }
 
 /// A network from constant parts (the prefix is always in range, so the
@@ -273,22 +180,27 @@ pub(crate) struct RuleSpec {
 }
 
 impl RuleSpec {
-    /// The rule in `iptables-save` syntax, after `-A <chain> `.
-    fn render(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some((neg, net)) = &self.source {
-            parts.push(format!("{}-s {}", if *neg { "! " } else { "" }, net));
-        }
-        if let Some((neg, net)) = &self.destination {
-            parts.push(format!("{}-d {}", if *neg { "! " } else { "" }, net));
+    /// The rule's arguments after `-A <chain>`, in `iptables-save` order.
+    fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (flag, field) in [("-s", &self.source), ("-d", &self.destination)] {
+            if let Some((negated, net)) = field {
+                if *negated {
+                    args.push("!".to_string());
+                }
+                args.push(flag.to_string());
+                args.push(net.to_string());
+            }
         }
         if let Some(comment) = &self.comment {
-            parts.push(format!("-m comment --comment {}", restore_quote(comment)));
+            args.extend(["-m", "comment", "--comment"].map(String::from));
+            args.push(comment.clone());
         }
         if let Some(target) = &self.target {
-            parts.push(format!("-j {target}"));
+            args.push("-j".to_string());
+            args.push(target.clone());
         }
-        parts.join(" ")
+        args
     }
 
     fn parse(tokens: &[String]) -> RuleSpec {
@@ -328,110 +240,73 @@ fn parse_network(text: &str) -> Option<IpNetwork> {
     text.parse::<IpNetwork>().ok()
 }
 
-/// A rule as listed by `iptables-save`.
+/// A rule of the `nat` table as read, by the programs or over netlink.
 #[derive(Debug, Clone)]
-pub(crate) struct SavedRule {
-    chain: String,
-    /// The text after `-A `, which `-D ` takes back verbatim.
-    text: String,
+pub(crate) struct NatRule {
+    /// The rule as `iptables-save` prints it: a restore script deletes it
+    /// by this text.
+    saved: SavedRule,
     spec: RuleSpec,
     /// The nf_tables handle, when read over netlink.
     handle: Option<u64>,
 }
 
-/// The `nat` table as `iptables-save -t nat` prints it.
+impl NatRule {
+    fn new(chain: &str, spec: RuleSpec, handle: Option<u64>) -> NatRule {
+        let args = spec.args();
+        NatRule {
+            saved: SavedRule {
+                chain: chain.to_string(),
+                text: join_args(&args),
+                args,
+            },
+            spec,
+            handle,
+        }
+    }
+
+    fn chain(&self) -> &str {
+        &self.saved.chain
+    }
+}
+
+/// The `nat` table: its chains, and its rules as far as an operation
+/// needs them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NatTable {
     chains: BTreeSet<String>,
-    rules: Vec<SavedRule>,
+    rules: Vec<NatRule>,
 }
 
 impl NatTable {
-    pub(crate) fn parse(text: &str) -> NatTable {
-        let mut table = NatTable::default();
-        for line in text.lines() {
-            if let Some(decl) = line.strip_prefix(':') {
-                if let Some(name) = decl.split_whitespace().next() {
-                    table.chains.insert(name.to_string());
-                }
-            } else if let Some(rest) = line.strip_prefix("-A ") {
-                let tokens = tokenize(rest);
-                let Some((chain, args)) = tokens.split_first() else {
-                    continue;
-                };
-                table.rules.push(SavedRule {
-                    chain: chain.clone(),
-                    text: rest.to_string(),
-                    spec: RuleSpec::parse(args),
-                    handle: None,
-                });
-            }
+    fn from_saved(saved: SavedTable) -> NatTable {
+        let rules = saved
+            .rules
+            .into_iter()
+            .map(|saved| NatRule {
+                spec: RuleSpec::parse(&saved.args),
+                saved,
+                handle: None,
+            })
+            .collect();
+        NatTable {
+            chains: saved.chains,
+            rules,
         }
-        table
     }
 
     fn has_rule(&self, chain: &str, spec: &RuleSpec) -> bool {
         self.rules
             .iter()
-            .any(|r| r.chain == chain && r.spec == *spec && !r.spec.other)
+            .any(|r| r.chain() == chain && r.spec == *spec && !r.spec.other)
     }
 
     /// Rules anywhere in the table that jump to `chain`.
-    fn references<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a SavedRule> {
+    fn references<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a NatRule> {
         self.rules
             .iter()
             .filter(move |r| r.spec.target.as_deref() == Some(chain))
     }
-}
-
-/// Splits a rule the way `iptables-restore` does: on blanks, with double
-/// quotes grouping and a backslash escaping the next character inside them.
-fn tokenize(line: &str) -> Vec<String> {
-    let mut tokens = Vec::new();
-    let mut current = String::new();
-    let mut in_token = false;
-    let mut quoted = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if quoted => {
-                if let Some(next) = chars.next() {
-                    current.push(next);
-                }
-            }
-            '"' => {
-                quoted = !quoted;
-                in_token = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if in_token {
-                    tokens.push(std::mem::take(&mut current));
-                    in_token = false;
-                }
-            }
-            c => {
-                current.push(c);
-                in_token = true;
-            }
-        }
-    }
-    if in_token {
-        tokens.push(current);
-    }
-    tokens
-}
-
-/// Quotes an argument for `iptables-restore` (the inverse of [`tokenize`]).
-fn restore_quote(arg: &str) -> String {
-    let mut out = String::from("\"");
-    for c in arg.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
 }
 
 /// The host route of an address: `10.0.0.2/32`, `fd00::2/128`.
@@ -451,10 +326,10 @@ pub(crate) fn setup(
     container_id: &str,
     ips: &[IpNetwork],
 ) -> Result<(), IpMasqError> {
-    for tools in [Tools::v4(), Tools::v6()] {
+    for tools in IpFamily::ALL.map(Tools::of) {
         let family: Vec<IpNetwork> = ips
             .iter()
-            .filter(|ip| ip.is_ipv4() == tools.is_v4())
+            .filter(|ip| IpFamily::of_network(ip) == tools.family)
             .copied()
             .collect();
         if family.is_empty() {
@@ -496,7 +371,7 @@ pub(crate) fn setup_family(
                 (
                     chain.as_str(),
                     RuleSpec {
-                        destination: Some((true, tools.multicast)),
+                        destination: Some((true, tools.multicast())),
                         comment: Some(comment.clone()),
                         target: Some("MASQUERADE".into()),
                         ..RuleSpec::default()
@@ -514,12 +389,7 @@ pub(crate) fn setup_family(
             ];
             for (in_chain, spec) in wanted {
                 if !table.has_rule(in_chain, &spec) {
-                    table.rules.push(SavedRule {
-                        chain: in_chain.to_string(),
-                        text: format!("{in_chain} {}", spec.render()),
-                        spec: spec.clone(),
-                        handle: None,
-                    });
+                    table.rules.push(NatRule::new(in_chain, spec.clone(), None));
                     changes.push(Change::Append {
                         chain: in_chain.to_string(),
                         spec,
@@ -549,10 +419,10 @@ pub(crate) fn teardown(
     ips: &[IpNetwork],
 ) -> Result<(), IpMasqError> {
     let mut errors = Vec::new();
-    for tools in [Tools::v4(), Tools::v6()] {
+    for tools in IpFamily::ALL.map(Tools::of) {
         let family: Vec<IpNetwork> = ips
             .iter()
-            .filter(|ip| ip.is_ipv4() == tools.is_v4())
+            .filter(|ip| IpFamily::of_network(ip) == tools.family)
             .copied()
             .collect();
         // With addresses, only their families can hold rules of this
@@ -577,11 +447,21 @@ pub(crate) fn teardown(
 /// it: like the reference, DEL and GC then ignore it. Failing to apply
 /// changes to a table that could be read is a real error.
 fn keep_unless_unusable(tools: &Tools, error: IpMasqError, errors: &mut Vec<IpMasqError>) {
+    let save = tools.programs.save_name();
     let unusable = match &error {
-        IpMasqError::Spawn { program, .. } | IpMasqError::Command { program, .. } => {
-            *program == tools.save
+        IpMasqError::NetlinkRead { program, .. } => program == save,
+        IpMasqError::Iptables(e) => match e {
+            CommandError::NotFound { program }
+            | CommandError::Spawn { program, .. }
+            | CommandError::Failed { program, .. }
+            | CommandError::Unreadable { program, .. } => program == save,
+            // A hung save is no sign that iptables is missing, nor is the
+            // lock (which only restore takes).
+            CommandError::Deadline { .. } | CommandError::XtablesLock { .. } => false,
+        },
+        IpMasqError::UnknownBackend(_) | IpMasqError::NfTables(_) | IpMasqError::Multiple(_) => {
+            false
         }
-        _ => false,
     };
     if unusable {
         log::debug!("iptables unusable here, skipped: {error}");
@@ -649,7 +529,7 @@ fn teardown_changes(table: &NatTable, chain: &str, scope: Scope<'_>) -> Vec<Chan
 /// chain name is the hash of that very network and container.
 pub(crate) fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), IpMasqError> {
     let mut errors = Vec::new();
-    for tools in [Tools::v4(), Tools::v6()] {
+    for tools in IpFamily::ALL.map(Tools::of) {
         if let Err(e) = gc_family(&tools, network, valid) {
             keep_unless_unusable(&tools, e, &mut errors);
         }
@@ -684,7 +564,7 @@ fn stale_chains(table: &NatTable, network: &str, valid_ids: &BTreeSet<&str>) -> 
     let prefix = format!("name: {} id: ", go_quote(network));
     let mut stale = BTreeSet::new();
     for rule in &table.rules {
-        if !is_masq_chain_name(&rule.chain) {
+        if !is_masq_chain_name(rule.chain()) {
             continue;
         }
         let Some(container_id) = rule
@@ -696,14 +576,14 @@ fn stale_chains(table: &NatTable, network: &str, valid_ids: &BTreeSet<&str>) -> 
         else {
             continue;
         };
-        if iptables_chain(network, &container_id) != rule.chain
+        if iptables_chain(network, &container_id) != rule.chain()
             || iptables_comment(network, &container_id)
                 != rule.spec.comment.as_deref().unwrap_or_default()
         {
             continue;
         }
         if !valid_ids.contains(container_id.as_str()) {
-            stale.insert(rule.chain.clone());
+            stale.insert(rule.chain().to_string());
         }
     }
     stale
@@ -782,17 +662,29 @@ COMMIT
         s.parse().unwrap()
     }
 
+    fn parse(text: &str) -> NatTable {
+        NatTable::from_saved(SavedTable::parse(text, "nat").unwrap())
+    }
+
+    /// The restore lines of `changes`, without the table's frame.
     fn lines_of(changes: Vec<Change>) -> Vec<String> {
-        changes.iter().map(Change::restore_line).collect()
+        let script = restore_script(&changes).render();
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(lines.first(), Some(&"*nat"));
+        assert_eq!(lines.last(), Some(&"COMMIT"));
+        lines[1..lines.len() - 1]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
     }
 
     #[test]
     fn parses_reference_save_output() {
-        let table = NatTable::parse(SAVED);
+        let table = parse(SAVED);
         assert!(table.chains.contains("CNI-682b5374add02da0403a30b6"));
         assert_eq!(table.rules.len(), 3);
         let jump = &table.rules[0];
-        assert_eq!(jump.chain, "POSTROUTING");
+        assert_eq!(jump.chain(), "POSTROUTING");
         assert_eq!(jump.spec.source, Some((false, ip("10.88.0.2/32"))));
         assert_eq!(
             jump.spec.comment.as_deref(),
@@ -807,17 +699,10 @@ COMMIT
 
     #[test]
     fn rendered_rules_read_back_identically() {
-        let table = NatTable::parse(SAVED);
+        let table = parse(SAVED);
         for rule in &table.rules {
-            assert_eq!(format!("{} {}", rule.chain, rule.spec.render()), rule.text);
-        }
-    }
-
-    #[test]
-    fn quoting_round_trips_through_the_tokenizer() {
-        for s in [r#"name: "a\"b\\c" id: "x""#, "plain", "", "two  spaces"] {
-            let quoted = restore_quote(s);
-            assert_eq!(tokenize(&quoted), vec![s.to_string()]);
+            assert_eq!(join_args(&rule.spec.args()), rule.saved.text);
+            assert_eq!(rule.spec.args(), rule.saved.args);
         }
     }
 
@@ -828,7 +713,7 @@ COMMIT
         text.push_str(&format!(
             "-A POSTROUTING -s 10.88.0.3/32 -m comment --comment \"x\" -j {chain}\nCOMMIT\n"
         ));
-        let table = NatTable::parse(&text);
+        let table = parse(&text);
         let ips = [ip("10.88.0.2/16")];
         let lines = lines_of(teardown_changes(&table, chain, Scope::Addresses(&ips)));
         assert_eq!(lines.len(), 1, "{lines:?}");
@@ -843,7 +728,7 @@ COMMIT
     fn legacy_prefix_jump_is_torn_down() {
         let chain = "CNI-682b5374add02da0403a30b6";
         let text = SAVED.replace("-s 10.88.0.2/32", "-s 10.88.0.0/16");
-        let table = NatTable::parse(&text);
+        let table = parse(&text);
         let ips = [ip("10.88.0.2/16")];
         let lines = lines_of(teardown_changes(&table, chain, Scope::Addresses(&ips)));
         assert_eq!(lines.len(), 3, "{lines:?}");
@@ -851,7 +736,7 @@ COMMIT
 
     #[test]
     fn gc_finds_only_verified_chains_of_the_network() {
-        let table = NatTable::parse(SAVED);
+        let table = parse(SAVED);
         let none = BTreeSet::new();
         assert_eq!(
             stale_chains(&table, "mynet", &none)
@@ -865,7 +750,7 @@ COMMIT
         // A comment naming the network but a chain that is not the hash of
         // it is left alone.
         let forged = SAVED.replace("ctr-one", "ctr-two");
-        assert!(stale_chains(&NatTable::parse(&forged), "mynet", &none).is_empty());
+        assert!(stale_chains(&parse(&forged), "mynet", &none).is_empty());
     }
 
     #[test]
@@ -882,12 +767,10 @@ COMMIT
 
     /// What `iptables-save -t nat` prints, without its dated comments.
     fn saved_text(tools: &Tools) -> String {
-        let out = std::process::Command::new(&tools.save)
-            .args(["-t", "nat"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout)
+        tools
+            .programs
+            .save("nat")
+            .unwrap()
             .lines()
             .filter(|l| !l.starts_with('#'))
             .map(|l| format!("{l}\n"))
@@ -896,15 +779,10 @@ COMMIT
 
     /// Every rule of the table as the kernel keeps it: chain and raw
     /// expressions, in order (handles differ between namespaces).
-    fn kernel_rules(v4: bool) -> Vec<(String, Vec<u8>)> {
-        let family = if v4 {
-            libcni::nftables::Family::Ip
-        } else {
-            libcni::nftables::Family::Ip6
-        };
+    fn kernel_rules(family: IpFamily) -> Vec<(String, Vec<u8>)> {
         let mut socket = libcni::nftables::NfTablesSocket::open().unwrap();
         let mut rules: Vec<(String, Vec<u8>)> = socket
-            .list_rules(family, "nat", None)
+            .list_rules(family.into(), "nat", None)
             .unwrap()
             .into_iter()
             .map(|r| (r.chain.clone(), r.raw_expressions().to_vec()))
@@ -925,11 +803,11 @@ COMMIT
             libcni::nftables::iptables_nft::is_iptables_nft("iptables-save"),
             "this test needs iptables-nft as iptables (Debian's default)"
         );
-        for v4 in [true, false] {
-            let (tools, ips) = if v4 {
-                (Tools::v4(), [ip("10.9.0.2/24"), ip("10.9.0.3/24")])
-            } else {
-                (Tools::v6(), [ip("fd00:9::2/64"), ip("fd00:9::3/64")])
+        for family in IpFamily::ALL {
+            let tools = Tools::of(family);
+            let ips = match family {
+                IpFamily::V4 => [ip("10.9.0.2/24"), ip("10.9.0.3/24")],
+                IpFamily::V6 => [ip("fd00:9::2/64"), ip("fd00:9::3/64")],
             };
             let programs = tools.clone().with_writer(Writer::Programs);
             let netlink = tools.clone().with_writer(Writer::Netlink);
@@ -939,7 +817,7 @@ COMMIT
             let in_netlink = libcni::netns::NetNs::open(ns_netlink.path()).unwrap();
             let state = |netns: &libcni::netns::NetNs| {
                 netns
-                    .run(|| (saved_text(&programs), kernel_rules(v4)))
+                    .run(|| (saved_text(&programs), kernel_rules(family)))
                     .unwrap()
             };
             let steps: [&Step<'_>; 3] = [
@@ -952,8 +830,8 @@ COMMIT
                 in_netlink.run(|| step(&netlink)).unwrap().unwrap();
                 let (text_p, rules_p) = state(&in_programs);
                 let (text_n, rules_n) = state(&in_netlink);
-                assert_eq!(text_n, text_p, "v4={v4} step {n}");
-                assert_eq!(rules_n, rules_p, "v4={v4} step {n}");
+                assert_eq!(text_n, text_p, "{family} step {n}");
+                assert_eq!(rules_n, rules_p, "{family} step {n}");
                 if n == 0 {
                     assert!(text_n.contains("-j MASQUERADE"), "{text_n}");
                     // One ACCEPT and one MASQUERADE for the shared subnet,
@@ -990,12 +868,11 @@ COMMIT
         let dir = tempfile::tempdir().unwrap();
         let lock_path = dir.path().join("xtables.lock");
         let lock_file = std::fs::File::create(&lock_path).unwrap();
-        let lock_env = lock_path.display().to_string();
-        let tools = Tools::v4().with_programs(
-            "iptables-legacy-save",
-            "iptables-legacy-restore",
-            &[("XTABLES_LOCKFILE", &lock_env)],
-            1,
+        let tools = Tools::of(IpFamily::V4).with_programs(
+            Programs::of(IpFamily::V4)
+                .with_names("iptables-legacy-save", "iptables-legacy-restore")
+                .with_env("XTABLES_LOCKFILE", &lock_path.display().to_string())
+                .with_lock_wait_seconds(1),
         );
         let ns = conformance::testnet::TestNetns::new("iptlock");
         let netns = libcni::netns::NetNs::open(ns.path()).unwrap();
@@ -1007,7 +884,10 @@ COMMIT
             .unwrap()
             .unwrap_err();
         assert!(
-            matches!(err, IpMasqError::XtablesLock { seconds: 1, .. }),
+            matches!(
+                err,
+                IpMasqError::Iptables(CommandError::XtablesLock { seconds: 1, .. })
+            ),
             "{err}"
         );
         assert_eq!(err.to_cni_error().code, libcni::ErrorCode::TryAgainLater);
@@ -1024,21 +904,19 @@ COMMIT
 
     #[test]
     fn unusable_iptables_is_ignored_by_teardown_but_restore_failures_are_not() {
-        let missing = Tools::v4().with_programs(
+        let missing = Tools::of(IpFamily::V4).with_programs(Programs::of(IpFamily::V4).with_names(
             "/nonexistent/iptables-save",
             "/nonexistent/iptables-restore",
-            &[],
-            1,
-        );
+        ));
         let mut errors = Vec::new();
         let err = teardown_family(&missing, "net", "ctr", Scope::Everything).unwrap_err();
         keep_unless_unusable(&missing, err, &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
-        let failed_restore = IpMasqError::Command {
-            program: missing.restore.clone(),
-            status: "exit status: 1".into(),
+        let failed_restore = IpMasqError::Iptables(CommandError::Failed {
+            program: missing.programs.restore_name().to_string(),
+            status: std::os::unix::process::ExitStatusExt::from_raw(1 << 8),
             stderr: "iptables-restore: line 2 failed".into(),
-        };
+        });
         keep_unless_unusable(&missing, failed_restore, &mut errors);
         assert_eq!(errors.len(), 1);
     }

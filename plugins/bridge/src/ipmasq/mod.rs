@@ -14,9 +14,10 @@ mod nftables;
 
 use ipnetwork::IpNetwork;
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::iptables::CommandError;
 use libcni::plugin_conf::GcAttachment;
+use libcni::IpFamily;
 
-pub use iptables::LOCK_WAIT_SECONDS;
 pub use libcni::nftables::NfTablesError;
 
 /// Where the rules go (`ipMasqBackend`).
@@ -39,19 +40,15 @@ impl MasqBackend {
 pub enum IpMasqError {
     #[error("unknown ipmasq backend {0:?}")]
     UnknownBackend(String),
-    #[error("cannot run {program}: {source}")]
-    Spawn {
+    #[error(transparent)]
+    Iptables(#[from] CommandError),
+    /// The table read in-process where iptables is iptables-nft, standing
+    /// in for its save program.
+    #[error("{program} failed (over netlink): {source}")]
+    NetlinkRead {
         program: String,
-        source: std::io::Error,
+        source: NfTablesError,
     },
-    #[error("{program} failed ({status}): {stderr}")]
-    Command {
-        program: String,
-        status: String,
-        stderr: String,
-    },
-    #[error("{program}: the xtables lock is still held by another program after {seconds}s")]
-    XtablesLock { program: String, seconds: u32 },
     #[error(transparent)]
     NfTables(#[from] NfTablesError),
     /// Teardown and GC go on after a failure; this holds all of them.
@@ -65,12 +62,15 @@ impl IpMasqError {
     /// gone or still in use).
     fn is_race(&self) -> bool {
         match self {
-            IpMasqError::Command { .. } => true,
+            IpMasqError::Iptables(CommandError::Failed { .. }) => true,
             IpMasqError::NfTables(e) => matches!(
                 e.errno(),
                 Some(nix::errno::Errno::ENOENT | nix::errno::Errno::EBUSY)
             ),
-            _ => false,
+            IpMasqError::Iptables(_)
+            | IpMasqError::NetlinkRead { .. }
+            | IpMasqError::UnknownBackend(_)
+            | IpMasqError::Multiple(_) => false,
         }
     }
 
@@ -85,14 +85,12 @@ impl IpMasqError {
     fn code(&self) -> ErrorCode {
         match self {
             IpMasqError::UnknownBackend(_) => ErrorCode::InvalidNetworkConfig,
-            IpMasqError::XtablesLock { .. } => ErrorCode::TryAgainLater,
+            IpMasqError::Iptables(e) => e.error_code(),
             IpMasqError::Multiple(errors) => errors
                 .first()
                 .map(IpMasqError::code)
                 .unwrap_or(ErrorCode::Internal),
-            IpMasqError::Spawn { .. } | IpMasqError::Command { .. } | IpMasqError::NfTables(_) => {
-                ErrorCode::Internal
-            }
+            IpMasqError::NetlinkRead { .. } | IpMasqError::NfTables(_) => ErrorCode::Internal,
         }
     }
 }
@@ -130,7 +128,7 @@ pub fn validate_backend(conf: Option<&str>) -> Result<(), IpMasqError> {
 }
 
 fn iptables_usable() -> bool {
-    iptables::Tools::v4().usable()
+    iptables::Tools::of(IpFamily::V4).usable()
 }
 
 /// Masquerades traffic from each of `ips` (address with prefix, as in a
@@ -220,10 +218,10 @@ mod tests {
 
     #[test]
     fn lock_timeout_is_try_again_later() {
-        let err = IpMasqError::XtablesLock {
+        let err = IpMasqError::Iptables(CommandError::XtablesLock {
             program: "iptables-restore".into(),
             seconds: 10,
-        };
+        });
         assert_eq!(err.to_cni_error().code, ErrorCode::TryAgainLater);
         let both = IpMasqError::Multiple(vec![err, IpMasqError::UnknownBackend("x".into())]);
         assert_eq!(both.to_cni_error().code, ErrorCode::TryAgainLater);

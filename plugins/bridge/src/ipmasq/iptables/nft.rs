@@ -31,25 +31,20 @@ use std::collections::BTreeSet;
 
 use libcni::nftables::iptables_nft::{self, AddressField, NAT_TABLE as TABLE};
 use libcni::nftables::{
-    Batch, CmpOp, Expr, Family, ListedRule, NfTablesSocket, PayloadBase, Rule, Verdict,
+    Batch, CmpOp, Expr, Family, ListedRule, NfTablesError, NfTablesSocket, PayloadBase, Rule,
+    Verdict,
 };
+use libcni::IpFamily;
 
-use super::{Change, NatTable, RuleSpec, SavedRule};
+use super::{Change, NatRule, NatTable, RuleSpec};
 use crate::ipmasq::IpMasqError;
 
 const POSTROUTING: &str = "POSTROUTING";
 
-fn family(v4: bool) -> Family {
-    if v4 {
-        Family::Ip
-    } else {
-        Family::Ip6
-    }
-}
-
 /// The expressions iptables-nft writes for `spec`; `None` when it is not
 /// one this module can write.
-pub(crate) fn encode(spec: &RuleSpec, v4: bool) -> Option<Vec<Expr>> {
+pub(crate) fn encode(spec: &RuleSpec, family: IpFamily) -> Option<Vec<Expr>> {
+    let v4 = family == IpFamily::V4;
     if spec.other {
         return None;
     }
@@ -84,7 +79,8 @@ pub(crate) fn encode(spec: &RuleSpec, v4: bool) -> Option<Vec<Expr>> {
 
 /// The spec of a listed rule, `other` set for anything this module would
 /// not have written.
-pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
+pub(crate) fn decode(exprs: Option<Vec<Expr>>, family: IpFamily) -> RuleSpec {
+    let v4 = family == IpFamily::V4;
     let mut spec = RuleSpec::default();
     let Some(exprs) = exprs else {
         spec.other = true;
@@ -160,14 +156,9 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, v4: bool) -> RuleSpec {
     spec
 }
 
-fn saved(rule: ListedRule, v4: bool) -> SavedRule {
-    let spec = decode(rule.expressions(), v4);
-    SavedRule {
-        text: format!("{} {}", rule.chain, spec.render()),
-        chain: rule.chain,
-        spec,
-        handle: Some(rule.handle),
-    }
+fn nat_rule(rule: ListedRule, family: IpFamily) -> NatRule {
+    let spec = decode(rule.expressions(), family);
+    NatRule::new(&rule.chain, spec, Some(rule.handle))
 }
 
 /// What an operation on `chain` needs of the table: whether `chain` and
@@ -175,8 +166,8 @@ fn saved(rule: ListedRule, v4: bool) -> SavedRule {
 /// rules of POSTROUTING that jump or go to it (nothing can jump to a chain
 /// that does not exist, so a first ADD lists no rules at all). `None` for `chain` reads every rule
 /// of the table (GC).
-pub(crate) fn read(v4: bool, chain: Option<&str>) -> Result<NatTable, IpMasqError> {
-    let family = family(v4);
+pub(crate) fn read(ip_family: IpFamily, chain: Option<&str>) -> Result<NatTable, NfTablesError> {
+    let family = Family::from(ip_family);
     let mut socket = NfTablesSocket::open()?;
     let mut table = NatTable::default();
     if socket.get_chain(family, TABLE, POSTROUTING)?.is_some() {
@@ -204,14 +195,14 @@ pub(crate) fn read(v4: bool, chain: Option<&str>) -> Result<NatTable, IpMasqErro
     };
     let chains: BTreeSet<String> = listed.iter().map(|r| r.chain.clone()).collect();
     table.chains.extend(chains);
-    table.rules = listed.into_iter().map(|r| saved(r, v4)).collect();
+    table.rules = listed.into_iter().map(|r| nat_rule(r, ip_family)).collect();
     Ok(table)
 }
 
 /// Every change as one batch; `None` when some rule cannot be written here
 /// (the caller then uses the programs).
-pub(crate) fn batch(changes: &[Change], table: &NatTable, v4: bool) -> Option<Batch> {
-    let family = family(v4);
+pub(crate) fn batch(changes: &[Change], table: &NatTable, ip_family: IpFamily) -> Option<Batch> {
+    let family = Family::from(ip_family);
     let mut batch = Batch::new();
     let creates = changes
         .iter()
@@ -236,9 +227,9 @@ pub(crate) fn batch(changes: &[Change], table: &NatTable, v4: bool) -> Option<Ba
         match change {
             Change::NewChain(chain) => batch.add_chain(family, TABLE, chain, None, None),
             Change::Append { chain, spec } => {
-                batch.add_rule(family, TABLE, chain, &Rule::new(encode(spec, v4)?));
+                batch.add_rule(family, TABLE, chain, &Rule::new(encode(spec, ip_family)?));
             }
-            Change::Delete(rule) => batch.delete_rule(family, TABLE, &rule.chain, rule.handle?),
+            Change::Delete(rule) => batch.delete_rule(family, TABLE, rule.chain(), rule.handle?),
             Change::Flush(chain) => batch.flush_chain(family, TABLE, chain),
             Change::DeleteChain(chain) => batch.delete_chain(family, TABLE, chain),
         }
@@ -280,26 +271,57 @@ mod tests {
     #[test]
     fn every_rule_of_ours_reads_back_as_written() {
         let cases = [
-            (spec(Some((false, "10.88.0.2/32")), None, "CNI-abc"), true),
-            (spec(None, Some((false, "10.88.0.0/16")), "ACCEPT"), true),
-            (spec(None, Some((false, "10.88.16.0/20")), "ACCEPT"), true),
-            (spec(None, Some((true, "224.0.0.0/4")), "MASQUERADE"), true),
-            (spec(Some((false, "10.88.0.0/16")), None, "CNI-abc"), true),
-            (spec(Some((false, "fd00::2/128")), None, "CNI-abc"), false),
-            (spec(None, Some((false, "fd00:1::/64")), "ACCEPT"), false),
-            (spec(None, Some((false, "fd00:1::/60")), "ACCEPT"), false),
-            (spec(None, Some((true, "ff00::/8")), "MASQUERADE"), false),
+            (
+                spec(Some((false, "10.88.0.2/32")), None, "CNI-abc"),
+                IpFamily::V4,
+            ),
+            (
+                spec(None, Some((false, "10.88.0.0/16")), "ACCEPT"),
+                IpFamily::V4,
+            ),
+            (
+                spec(None, Some((false, "10.88.16.0/20")), "ACCEPT"),
+                IpFamily::V4,
+            ),
+            (
+                spec(None, Some((true, "224.0.0.0/4")), "MASQUERADE"),
+                IpFamily::V4,
+            ),
+            (
+                spec(Some((false, "10.88.0.0/16")), None, "CNI-abc"),
+                IpFamily::V4,
+            ),
+            (
+                spec(Some((false, "fd00::2/128")), None, "CNI-abc"),
+                IpFamily::V6,
+            ),
+            (
+                spec(None, Some((false, "fd00:1::/64")), "ACCEPT"),
+                IpFamily::V6,
+            ),
+            (
+                spec(None, Some((false, "fd00:1::/60")), "ACCEPT"),
+                IpFamily::V6,
+            ),
+            (
+                spec(None, Some((true, "ff00::/8")), "MASQUERADE"),
+                IpFamily::V6,
+            ),
         ];
-        for (spec, v4) in cases {
-            let exprs = encode(&spec, v4).expect("encodable");
-            assert_eq!(decode(Some(exprs), v4), spec);
+        for (spec, family) in cases {
+            let exprs = encode(&spec, family).expect("encodable");
+            assert_eq!(decode(Some(exprs), family), spec);
         }
     }
 
     #[test]
     fn address_shapes_follow_iptables_nft() {
         // Whole bytes: load just those bytes, no mask.
-        let exprs = encode(&spec(None, Some((false, "10.88.0.0/16")), "ACCEPT"), true).unwrap();
+        let exprs = encode(
+            &spec(None, Some((false, "10.88.0.0/16")), "ACCEPT"),
+            IpFamily::V4,
+        )
+        .unwrap();
         assert_eq!(
             exprs[..2],
             [
@@ -315,7 +337,11 @@ mod tests {
             ]
         );
         // Not whole bytes: the whole address, masked.
-        let exprs = encode(&spec(None, Some((true, "224.0.0.0/4")), "MASQUERADE"), true).unwrap();
+        let exprs = encode(
+            &spec(None, Some((true, "224.0.0.0/4")), "MASQUERADE"),
+            IpFamily::V4,
+        )
+        .unwrap();
         assert_eq!(exprs[1], Expr::Mask(vec![0xf0, 0, 0, 0]));
         assert_eq!(
             exprs[2],
@@ -327,7 +353,11 @@ mod tests {
         // The last two are the counter and the target.
         assert_eq!(exprs[exprs.len() - 2], Expr::Counter);
         // /0 matches everything: nothing is written for it.
-        let exprs = encode(&spec(None, Some((false, "0.0.0.0/0")), "ACCEPT"), true).unwrap();
+        let exprs = encode(
+            &spec(None, Some((false, "0.0.0.0/0")), "ACCEPT"),
+            IpFamily::V4,
+        )
+        .unwrap();
         assert_eq!(exprs.len(), 3);
     }
 
@@ -335,20 +365,24 @@ mod tests {
     fn unwritable_specs_go_to_the_programs() {
         let mut long = spec(None, None, "ACCEPT");
         long.comment = Some("x".repeat(iptables_nft::COMMENT_INFO_LEN));
-        assert!(encode(&long, true).is_none());
-        assert!(encode(&spec(None, None, "SNAT"), true).is_none());
+        assert!(encode(&long, IpFamily::V4).is_none());
+        assert!(encode(&spec(None, None, "SNAT"), IpFamily::V4).is_none());
         let mut other = spec(None, None, "ACCEPT");
         other.other = true;
-        assert!(encode(&other, true).is_none());
+        assert!(encode(&other, IpFamily::V4).is_none());
         // A v6 network in a v4 rule.
-        assert!(encode(&spec(Some((false, "fd00::1/128")), None, "ACCEPT"), true).is_none());
+        assert!(encode(
+            &spec(Some((false, "fd00::1/128")), None, "ACCEPT"),
+            IpFamily::V4
+        )
+        .is_none());
     }
 
     #[test]
     fn foreign_rules_read_as_other() {
-        assert!(decode(None, true).other);
+        assert!(decode(None, IpFamily::V4).other);
         let foreign = vec![Expr::Meta(libcni::nftables::MetaKey::Mark), Expr::Counter];
-        assert!(decode(Some(foreign), true).other);
+        assert!(decode(Some(foreign), IpFamily::V4).other);
         // A masquerade with a port range is not ours.
         let ranged = vec![
             Expr::Counter,
@@ -358,7 +392,7 @@ mod tests {
                 info: vec![1; 24],
             },
         ];
-        assert!(decode(Some(ranged), true).other);
+        assert!(decode(Some(ranged), IpFamily::V4).other);
         // A non-contiguous mask is not a network.
         let odd = vec![
             Expr::Payload {
@@ -373,6 +407,6 @@ mod tests {
             },
             Expr::Verdict(Verdict::Accept),
         ];
-        assert!(decode(Some(odd), true).other);
+        assert!(decode(Some(odd), IpFamily::V4).other);
     }
 }
