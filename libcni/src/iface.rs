@@ -266,14 +266,16 @@ pub fn add_routes(
     routes: &[ResultRoute],
     ips: &[&v100::IpConfig],
 ) -> Result<(), IfaceError> {
-    let gateway_of = |v4: bool| {
+    let gateway_of = |family: crate::IpFamily| {
         ips.iter()
             .filter_map(|ip| ip.gateway)
-            .find(|gw| gw.is_ipv4() == v4)
+            .find(|gw| crate::IpFamily::of(*gw) == family)
     };
     for route in routes {
         let mut wanted = Route::new(route.dst);
-        wanted.gateway = route.gw.or_else(|| gateway_of(route.dst.is_ipv4()));
+        wanted.gateway = route
+            .gw
+            .or_else(|| gateway_of(crate::IpFamily::of_network(&route.dst)));
         wanted.oif = Some(index);
         wanted.table = route.table;
         wanted.scope = route.scope;

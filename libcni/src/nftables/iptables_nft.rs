@@ -36,8 +36,11 @@ use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 
+use crate::IpFamily;
+
+pub use super::AddressField;
 use super::{
-    BaseChain, CmpOp, Expr, Hook, MetaKey, PayloadBase, HOOK_OUTPUT, HOOK_POSTROUTING,
+    AddressMatch, BaseChain, CmpOp, Expr, Hook, MetaKey, HOOK_OUTPUT, HOOK_POSTROUTING,
     HOOK_PREROUTING,
 };
 
@@ -110,23 +113,6 @@ pub fn nat_base_chain(name: &str) -> Option<BaseChain> {
     })
 }
 
-/// Which address of the IP header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddressField {
-    Source,
-    Destination,
-}
-
-/// Offset of an address in the IPv4 or IPv6 header.
-pub fn address_offset(field: AddressField, v4: bool) -> u32 {
-    match (field, v4) {
-        (AddressField::Source, true) => 12,
-        (AddressField::Destination, true) => 16,
-        (AddressField::Source, false) => 8,
-        (AddressField::Destination, false) => 24,
-    }
-}
-
 fn octets(ip: IpAddr) -> Vec<u8> {
     match ip {
         IpAddr::V4(a) => a.octets().to_vec(),
@@ -134,19 +120,14 @@ fn octets(ip: IpAddr) -> Vec<u8> {
     }
 }
 
-/// `-s`/`-d` (`!` when `negated`) of `net`, masked to its prefix.
+/// `-s`/`-d` (`!` when `negated`) of `net`, masked to its prefix; a `/0`
+/// matches everything, and iptables-nft writes nothing for it.
 pub fn address(field: AddressField, negated: bool, net: &IpNetwork) -> Vec<Expr> {
     if net.prefix() == 0 {
         return Vec::new();
     }
     let op = if negated { CmpOp::Neq } else { CmpOp::Eq };
-    Expr::prefix_match(
-        PayloadBase::Network,
-        address_offset(field, net.is_ipv4()),
-        &octets(net.network()),
-        net.prefix(),
-        op,
-    )
+    AddressMatch::new(field, op, *net).expressions()
 }
 
 /// The network a payload load (and mask) and comparison of `len` bytes
@@ -272,8 +253,8 @@ pub fn set_xmark(mark: u32, mask: u32) -> Expr {
 
 /// `-j MASQUERADE`: IPv4 takes `nf_nat_ipv4_multi_range_compat` with one
 /// empty range (24 bytes with alignment), IPv6 an empty `nf_nat_range`.
-pub fn masquerade(v4: bool) -> Expr {
-    let info = if v4 {
+pub fn masquerade(family: IpFamily) -> Expr {
+    let info = if family == IpFamily::V4 {
         let mut info = vec![0u8; 24];
         info[..4].copy_from_slice(&1u32.to_ne_bytes());
         info
@@ -339,7 +320,7 @@ mod tests {
         expected.extend_from_slice(&[0, 0x50, 0, 0x50]);
         expected.resize(48, 0);
         assert_eq!(info, expected);
-        let Expr::XtTarget { info, .. } = masquerade(true) else {
+        let Expr::XtTarget { info, .. } = masquerade(IpFamily::V4) else {
             panic!()
         };
         assert_eq!(info[..4], [1, 0, 0, 0]);

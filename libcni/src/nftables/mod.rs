@@ -32,6 +32,7 @@
 //! Everything works in the network namespace of the calling thread: the
 //! socket is bound to the namespace it was created in.
 
+pub mod address;
 mod batch;
 pub mod expr;
 pub mod iptables_nft;
@@ -54,6 +55,7 @@ use crate::netlink::attributes::{self, attributes, be_u32, be_u64};
 use crate::netlink::netfilter::NFGENMSG_LEN;
 use crate::netlink::{BatchMessage, NetlinkError, NfnlSocket};
 
+pub use address::{AddressField, AddressMatch};
 pub use batch::{Batch, Rule};
 pub use expr::{CmpOp, DataRegister, Expr, MetaKey, PayloadBase, Verdict};
 

@@ -2,13 +2,14 @@
 //! addresses on the bridge (or on the `<bridge>.<vlan>` interface of a VLAN
 //! network), and IP forwarding.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::link_name;
 use libcni::netlink::{LinkInfo, RouteSocket, VethPair};
 use libcni::sysctl;
 use libcni::types::{v100, Route};
+use libcni::IpFamily;
 
 use crate::bridge_port::{set_port_options, AdminState, PortOptions};
 use crate::error::BridgeError;
@@ -48,13 +49,8 @@ pub fn first_host(network: IpNetwork) -> Option<IpAddr> {
     }
 }
 
-fn default_route_dst(v4: bool) -> Option<IpNetwork> {
-    let any = if v4 {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-    };
-    IpNetwork::new(any, 0).ok()
+fn default_route_dst(family: IpFamily) -> Option<IpNetwork> {
+    IpNetwork::new(family.unspecified(), 0).ok()
 }
 
 /// Completes the IPAM result the way the reference does: every IP belongs
@@ -70,19 +66,19 @@ pub fn complete_result(
     let mut gateways = Gateways::default();
     let mut default_route_found = [false, false];
     for ip in &mut result.ips {
-        let v4 = ip.address.is_ipv4();
-        let family = usize::from(!v4);
+        let family = IpFamily::of_network(&ip.address);
+        let slot_index = usize::from(family == IpFamily::V6);
         ip.interface = Some(CONTAINER_INTERFACE_INDEX);
         if ip.gateway.is_none() && is_gateway {
             ip.gateway = first_host(ip.address);
         }
-        if let (true, Some(dst)) = (is_default_gateway, default_route_dst(v4)) {
-            let found = default_route_found.get(family).copied().unwrap_or(true)
+        if let (true, Some(dst)) = (is_default_gateway, default_route_dst(family)) {
+            let found = default_route_found.get(slot_index).copied().unwrap_or(true)
                 || result.routes.iter().any(|r| r.gw.is_some() && r.dst == dst);
             if !found {
                 result.routes.push(Route::new(dst, ip.gateway));
             }
-            if let Some(slot) = default_route_found.get_mut(family) {
+            if let Some(slot) = default_route_found.get_mut(slot_index) {
                 *slot = true;
             }
         }
@@ -91,7 +87,7 @@ pub fn complete_result(
                 .gateway
                 .and_then(|g| IpNetwork::new(g, ip.address.prefix()).ok())
             {
-                if v4 {
+                if family == IpFamily::V4 {
                     gateways.v4.push(gw);
                 } else {
                     gateways.v6.push(gw);

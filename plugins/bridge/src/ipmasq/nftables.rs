@@ -31,14 +31,17 @@
 //! changed by hand) is flushed and refilled in the same batch, so
 //! concurrent ADDs still leave one copy of each rule.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use ipnetwork::IpNetwork;
 use libcni::nftables::userdata;
 use libcni::nftables::{
-    retry_if_vanished, BaseChain, Batch, CmpOp, Expr, Family, Hook, ListedRule, ListedRuleRef,
-    MetaKey, NfTablesError, NfTablesSocket, PayloadBase, Rule, Verdict, HOOK_POSTROUTING,
-    NFPROTO_IPV4, NFPROTO_IPV6,
+    retry_if_vanished, AddressField, AddressMatch, BaseChain, Batch, CmpOp, Expr, Family, Hook,
+    ListedRule, ListedRuleRef, MetaKey, NfTablesError, NfTablesSocket, Rule, Verdict,
+    HOOK_POSTROUTING, NFPROTO_IPV4, NFPROTO_IPV6,
 };
 use libcni::plugin_conf::GcAttachment;
+use libcni::IpFamily;
 
 use super::names::{nft_instance_hash, nft_network_hash, nft_rule_comment};
 
@@ -203,24 +206,22 @@ fn postrouting_current(listed: &[ListedRule]) -> bool {
 /// `ip daddr == 224.0.0.0/4 return`, `ip6 daddr == ff00::/8 return`,
 /// `goto masq_checks`.
 fn postrouting_rules() -> Vec<Rule> {
+    // Both networks are valid (the prefix fits the address), so the
+    // matches are never left out.
+    let multicast = |address: IpAddr, prefix: u8| -> Vec<Expr> {
+        IpNetwork::new(address, prefix)
+            .map(|network| {
+                AddressMatch::new(AddressField::Destination, CmpOp::Eq, network).expressions()
+            })
+            .unwrap_or_default()
+    };
     let mut v4 = nfproto(NFPROTO_IPV4);
-    v4.extend(Expr::prefix_match(
-        PayloadBase::Network,
-        16,
-        &[224, 0, 0, 0],
-        4,
-        CmpOp::Eq,
-    ));
+    v4.extend(multicast(Ipv4Addr::new(224, 0, 0, 0).into(), 4));
     v4.push(Expr::Verdict(Verdict::Return));
     let mut v6 = nfproto(NFPROTO_IPV6);
-    let mut ff00 = [0u8; 16];
-    ff00[0] = 0xff;
-    v6.extend(Expr::prefix_match(
-        PayloadBase::Network,
-        24,
-        &ff00,
+    v6.extend(multicast(
+        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0).into(),
         8,
-        CmpOp::Eq,
     ));
     v6.push(Expr::Verdict(Verdict::Return));
     let goto = vec![Expr::Verdict(Verdict::Goto(MASQ_CHAIN.to_string()))];
@@ -229,38 +230,16 @@ fn postrouting_rules() -> Vec<Rule> {
 
 /// `ip saddr == <ip> ip daddr != <subnet> masquerade comment "…"` (or ip6).
 fn masquerade_rule(ip: &IpNetwork, comment: &[u8]) -> Rule {
-    let (proto, saddr_offset, daddr_offset, address, subnet) = match ip {
-        IpNetwork::V4(v4) => (
-            NFPROTO_IPV4,
-            12,
-            16,
-            v4.ip().octets().to_vec(),
-            v4.network().octets().to_vec(),
-        ),
-        IpNetwork::V6(v6) => (
-            NFPROTO_IPV6,
-            8,
-            24,
-            v6.ip().octets().to_vec(),
-            v6.network().octets().to_vec(),
-        ),
+    let family = IpFamily::of_network(ip);
+    let proto = match family {
+        IpFamily::V4 => NFPROTO_IPV4,
+        IpFamily::V6 => NFPROTO_IPV6,
     };
-    let full = (address.len() * 8) as u8;
     let mut exprs = nfproto(proto);
-    exprs.extend(Expr::prefix_match(
-        PayloadBase::Network,
-        saddr_offset,
-        &address,
-        full,
-        CmpOp::Eq,
-    ));
-    exprs.extend(Expr::prefix_match(
-        PayloadBase::Network,
-        daddr_offset,
-        &subnet,
-        ip.prefix(),
-        CmpOp::Neq,
-    ));
+    if let Ok(address) = IpNetwork::new(ip.ip(), family.bits()) {
+        exprs.extend(AddressMatch::new(AddressField::Source, CmpOp::Eq, address).expressions());
+    }
+    exprs.extend(AddressMatch::new(AddressField::Destination, CmpOp::Neq, *ip).expressions());
     exprs.push(Expr::Masquerade);
     Rule::new(exprs).with_comment(comment)
 }

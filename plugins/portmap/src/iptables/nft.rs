@@ -65,7 +65,6 @@ fn parse_network(text: &str) -> Option<IpNetwork> {
 /// One rule given as `iptables` arguments (the shapes of
 /// [`super::rules`]); `None` for anything else.
 pub(crate) fn encode(args: &[String], family: IpFamily) -> Option<Rule> {
-    let v4 = family == IpFamily::V4;
     let (mut protocol, mut source, mut destination) = (None, None, None);
     let mut matches: Vec<Expr> = Vec::new();
     let mut target: Option<&str> = None;
@@ -83,7 +82,7 @@ pub(crate) fn encode(args: &[String], family: IpFamily) -> Option<Rule> {
             }
             "-s" | "-d" => {
                 let net = parse_network(value)?;
-                if net.is_ipv4() != v4 {
+                if IpFamily::of_network(&net) != family {
                     return None;
                 }
                 if flag == "-s" {
@@ -134,9 +133,11 @@ pub(crate) fn encode(args: &[String], family: IpFamily) -> Option<Rule> {
     exprs.push(match (target?, xmark, to_destination) {
         ("ACCEPT", None, None) => Expr::Verdict(Verdict::Accept),
         ("RETURN", None, None) => Expr::Verdict(Verdict::Return),
-        ("MASQUERADE", None, None) => iptables_nft::masquerade(v4),
+        ("MASQUERADE", None, None) => iptables_nft::masquerade(family),
         ("MARK", Some((mark, mask)), None) => iptables_nft::set_xmark(mark, mask),
-        ("DNAT", None, Some((ip, port))) if ip.is_ipv4() == v4 => iptables_nft::dnat(ip, port),
+        ("DNAT", None, Some((ip, port))) if IpFamily::of(ip) == family => {
+            iptables_nft::dnat(ip, port)
+        }
         ("MARK" | "DNAT" | "SNAT" | "DROP" | "REJECT" | "LOG", _, _) => return None,
         (chain, None, None) => Expr::Verdict(Verdict::Jump(chain.to_string())),
         _ => return None,

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use libcni::nftables::{DataRegister, Expr, MetaKey, PayloadBase, Verdict, IFNAMSIZ};
+use libcni::nftables::{
+    AddressField, AddressMatch, DataRegister, Expr, MetaKey, Verdict, IFNAMSIZ,
+};
 use libcni::IpFamily;
 
 use crate::config::Protocol;
@@ -73,13 +75,11 @@ pub(crate) fn nft_keyword(family: IpFamily) -> &'static str {
     libcni::nftables::Family::from(family).name()
 }
 
-/// Offset and length of an address in the family's network header.
-fn address_field(family: IpFamily, direction: Direction) -> (u32, u32) {
-    match (family, direction) {
-        (IpFamily::V4, Direction::Source) => (12, 4),
-        (IpFamily::V4, Direction::Destination) => (16, 4),
-        (IpFamily::V6, Direction::Source) => (8, 16),
-        (IpFamily::V6, Direction::Destination) => (24, 16),
+/// The header field of an address match.
+fn address_field(direction: Direction) -> AddressField {
+    match direction {
+        Direction::Source => AddressField::Source,
+        Direction::Destination => AddressField::Destination,
     }
 }
 
@@ -136,30 +136,22 @@ impl Matcher {
         }
     }
 
-    fn expressions(&self, family: IpFamily, out: &mut Vec<Expr>) {
+    /// The family is the rule's; an address match takes its own from its
+    /// network, which is always of the rule's family.
+    fn expressions(&self, _family: IpFamily, out: &mut Vec<Expr>) {
         match self {
             Matcher::Address {
                 direction,
                 op,
                 network,
             } => {
-                let (offset, len) = address_field(family, *direction);
-                out.push(Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    len,
-                });
-                if network.prefix() < family.bits() {
-                    let mask = match network.mask() {
-                        IpAddr::V4(m) => m.octets().to_vec(),
-                        IpAddr::V6(m) => m.octets().to_vec(),
-                    };
-                    out.push(Expr::Mask(mask));
-                }
-                out.push(Expr::Cmp {
-                    op: *op,
-                    data: address_bytes(network.network()),
-                });
+                // The whole address, masked when the prefix is shorter:
+                // `nft list` prints it as it prints nft's own encoding,
+                // and rules written before keep comparing equal.
+                out.extend(
+                    AddressMatch::new(address_field(*direction), *op, *network)
+                        .whole_address_expressions(),
+                );
             }
             Matcher::DestinationPort { protocol, port } => {
                 out.extend(Expr::l4proto_is(protocol.number()));

@@ -44,7 +44,6 @@ const POSTROUTING: &str = "POSTROUTING";
 /// The expressions iptables-nft writes for `spec`; `None` when it is not
 /// one this module can write.
 pub(crate) fn encode(spec: &RuleSpec, family: IpFamily) -> Option<Vec<Expr>> {
-    let v4 = family == IpFamily::V4;
     if spec.other {
         return None;
     }
@@ -54,7 +53,7 @@ pub(crate) fn encode(spec: &RuleSpec, family: IpFamily) -> Option<Vec<Expr>> {
         (&spec.destination, AddressField::Destination),
     ] {
         if let Some((negated, net)) = field {
-            if net.is_ipv4() != v4 {
+            if IpFamily::of_network(net) != family {
                 return None;
             }
             exprs.extend(iptables_nft::address(which, *negated, net));
@@ -68,7 +67,7 @@ pub(crate) fn encode(spec: &RuleSpec, family: IpFamily) -> Option<Vec<Expr>> {
         "ACCEPT" => exprs.push(Expr::Verdict(Verdict::Accept)),
         "RETURN" => exprs.push(Expr::Verdict(Verdict::Return)),
         "DROP" => exprs.push(Expr::Verdict(Verdict::Drop)),
-        "MASQUERADE" => exprs.push(iptables_nft::masquerade(v4)),
+        "MASQUERADE" => exprs.push(iptables_nft::masquerade(family)),
         // Any other upper-case name is an extension target we do not
         // write; a chain of ours is never all upper case.
         chain if chain.bytes().all(|b| b.is_ascii_uppercase()) => return None,
@@ -80,15 +79,14 @@ pub(crate) fn encode(spec: &RuleSpec, family: IpFamily) -> Option<Vec<Expr>> {
 /// The spec of a listed rule, `other` set for anything this module would
 /// not have written.
 pub(crate) fn decode(exprs: Option<Vec<Expr>>, family: IpFamily) -> RuleSpec {
-    let v4 = family == IpFamily::V4;
     let mut spec = RuleSpec::default();
     let Some(exprs) = exprs else {
         spec.other = true;
         return spec;
     };
-    let source_offset = iptables_nft::address_offset(AddressField::Source, v4);
-    let destination_offset = iptables_nft::address_offset(AddressField::Destination, v4);
-    let address_len = if v4 { 4 } else { 16 };
+    let source_offset = AddressField::Source.offset(family);
+    let destination_offset = AddressField::Destination.offset(family);
+    let address_len = usize::from(family.bits() / 8);
     let mut it = exprs.into_iter().peekable();
     while let Some(expr) = it.next() {
         match expr {
@@ -143,7 +141,7 @@ pub(crate) fn decode(exprs: Option<Vec<Expr>>, family: IpFamily) -> RuleSpec {
                 });
             }
             target @ Expr::XtTarget { .. }
-                if target == iptables_nft::masquerade(v4) && it.peek().is_none() =>
+                if target == iptables_nft::masquerade(family) && it.peek().is_none() =>
             {
                 spec.target = Some("MASQUERADE".into());
             }

@@ -1,5 +1,6 @@
 use super::*;
 use libcni::nftables::Family as NftFamily;
+use libcni::nftables::PayloadBase;
 
 fn address(direction: Direction, op: CmpOp, text: &str) -> Matcher {
     Matcher::Address {
