@@ -13,6 +13,7 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
+//! - [`sublink_plugin`]: the DEL, GC and STATUS those three plugins share;
 //! - [`retire`]: deleting a container's link without waiting for the
 //!   kernel's cleanup after it is unlisted;
 //! - [`rdma`]: RDMA netlink ([`rdma::RdmaSocket`]: the RDMA namespace
@@ -34,6 +35,7 @@ pub mod route_entry;
 pub mod rule;
 pub mod socket;
 pub mod sublink;
+pub mod sublink_plugin;
 #[cfg(test)]
 pub(crate) mod test_support;
 

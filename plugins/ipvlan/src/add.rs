@@ -23,6 +23,7 @@ use libcni::invoke::{Delegator, Exec, InvokeError};
 use libcni::netlink::sublink::{
     create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
 };
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -192,16 +193,15 @@ impl<E: Exec> Attach<'_, E> {
         let allocated = self
             .ipam
             .add(plugin, self.args.conf.bytes())
-            .map_err(|source| IpvlanError::Ipam {
-                action: "IPAM ADD with",
-                plugin: plugin.to_string(),
-                source,
-            })?;
-        v100::Result::try_from(allocated).map_err(|e| IpvlanError::Ipam {
-            action: "cannot convert the result of",
-            plugin: plugin.to_string(),
-            source: InvokeError::Result(e),
-        })
+            .map_err(|source| IpamCallError::new("IPAM ADD with", plugin, source))?;
+        let allocated = v100::Result::try_from(allocated).map_err(|e| {
+            IpamCallError::new(
+                "cannot convert the result of",
+                plugin,
+                InvokeError::Result(e),
+            )
+        })?;
+        Ok(allocated)
     }
 
     /// Deletes the link and releases the lease; failures are logged, the

@@ -12,6 +12,7 @@
 use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 
@@ -24,11 +25,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanE
     let netns = open_netns(&args.netns)?;
     if let Some(plugin) = &conf.ipam_type {
         ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| IpvlanError::Ipam {
-                action: "IPAM CHECK with",
-                plugin: plugin.clone(),
-                source,
-            })?;
+            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
     }
     let prev = prev_result(args)?.ok_or(IpvlanError::PrevResultMissing)?;
     let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {

@@ -12,8 +12,8 @@
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
-use libcni::invoke::InvokeError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -43,13 +43,8 @@ pub enum IpvlanError {
     SubLink(#[from] SubLinkError),
     #[error(transparent)]
     Iface(#[from] IfaceError),
-    #[error("{action} {plugin:?}: {source}")]
-    Ipam {
-        action: &'static str,
-        plugin: String,
-        #[source]
-        source: InvokeError,
-    },
+    #[error(transparent)]
+    Ipam(#[from] IpamCallError),
     #[error("IPAM plugin returned missing IP config")]
     IpamNoIps,
     #[error("failed to convert prevResult: {0}")]
@@ -93,12 +88,7 @@ impl ToCniError for IpvlanError {
             IpvlanError::SubLink(e) => e.to_cni_error(),
             IpvlanError::Iface(e) => e.to_cni_error(),
             IpvlanError::Delete(e) => e.to_cni_error(),
-            // The delegate's own error object, code and all, when it
-            // printed one.
-            IpvlanError::Ipam { source, .. } => match source.plugin_error() {
-                Some(e) => e.clone(),
-                None => CniError::new(source.to_cni_error().code, self.to_string()),
-            },
+            IpvlanError::Ipam(e) => e.to_cni_error(),
             IpvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
             IpvlanError::Several(list) => list.to_cni_error(),

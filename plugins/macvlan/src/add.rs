@@ -23,6 +23,7 @@ use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{
     create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
 };
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -123,20 +124,17 @@ impl<E: Exec> Attach<'_, E> {
         match &self.conf.ipam_type {
             Some(plugin) => {
                 self.lease_taken = true;
-                let allocated =
-                    self.ipam
-                        .add(plugin, self.args.conf.bytes())
-                        .map_err(|source| MacvlanError::Ipam {
-                            action: "IPAM ADD with",
-                            plugin: plugin.clone(),
-                            source,
-                        })?;
-                let allocated =
-                    v100::Result::try_from(allocated).map_err(|e| MacvlanError::Ipam {
-                        action: "cannot convert the result of",
-                        plugin: plugin.clone(),
-                        source: libcni::invoke::InvokeError::Result(e),
-                    })?;
+                let allocated = self
+                    .ipam
+                    .add(plugin, self.args.conf.bytes())
+                    .map_err(|source| IpamCallError::new("IPAM ADD with", plugin, source))?;
+                let allocated = v100::Result::try_from(allocated).map_err(|e| {
+                    IpamCallError::new(
+                        "cannot convert the result of",
+                        plugin,
+                        libcni::invoke::InvokeError::Result(e),
+                    )
+                })?;
                 if allocated.ips.is_empty() {
                     return Err(MacvlanError::IpamNoIps);
                 }

@@ -10,6 +10,7 @@
 use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -23,11 +24,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), Macvlan
     let netns = open_netns(&args.netns)?;
     if let Some(plugin) = &conf.ipam_type {
         ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| MacvlanError::Ipam {
-                action: "IPAM CHECK with",
-                plugin: plugin.clone(),
-                source,
-            })?;
+            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
     }
     let prev = args
         .conf

@@ -13,8 +13,8 @@
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
-use libcni::invoke::InvokeError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -44,13 +44,8 @@ pub enum MacvlanError {
     SubLink(#[from] SubLinkError),
     #[error(transparent)]
     Iface(#[from] IfaceError),
-    #[error("{action} {plugin:?}: {source}")]
-    Ipam {
-        action: &'static str,
-        plugin: String,
-        #[source]
-        source: InvokeError,
-    },
+    #[error(transparent)]
+    Ipam(#[from] IpamCallError),
     #[error("IPAM plugin returned missing IP config")]
     IpamNoIps,
     #[error("failed to convert prevResult: {0}")]
@@ -94,12 +89,7 @@ impl ToCniError for MacvlanError {
             MacvlanError::SubLink(e) => e.to_cni_error(),
             MacvlanError::Iface(e) => e.to_cni_error(),
             MacvlanError::Delete(e) => e.to_cni_error(),
-            // The delegate's own error object, code and all, when it
-            // printed one.
-            MacvlanError::Ipam { source, .. } => match source.plugin_error() {
-                Some(e) => e.clone(),
-                None => CniError::new(source.to_cni_error().code, self.to_string()),
-            },
+            MacvlanError::Ipam(e) => e.to_cni_error(),
             MacvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
             MacvlanError::Several(list) => list.to_cni_error(),

@@ -2,10 +2,10 @@
 //! of their own to do: they ask the IPAM plugin, when there is one.
 
 use libcni::invoke::{Delegator, Exec, RawExec};
+use libcni::netlink::sublink_plugin;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::types::AnyResult;
 
-use crate::del::ipam_type;
 use crate::error::MacvlanError;
 use crate::{add, check, del};
 
@@ -43,31 +43,10 @@ impl<E: Exec> Plugin for MacvlanPlugin<E> {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), MacvlanError> {
-        match ipam_type(args) {
-            Some(plugin) => {
-                self.ipam
-                    .gc(plugin, args.conf.bytes())
-                    .map_err(|source| MacvlanError::Ipam {
-                        action: "IPAM GC with",
-                        plugin: plugin.to_string(),
-                        source,
-                    })
-            }
-            None => Ok(()),
-        }
+        Ok(sublink_plugin::ipam_gc(args, &self.ipam)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), MacvlanError> {
-        match ipam_type(args) {
-            Some(plugin) => self
-                .ipam
-                .status(plugin, args.conf.bytes())
-                .map_err(|source| MacvlanError::Ipam {
-                    action: "IPAM STATUS with",
-                    plugin: plugin.to_string(),
-                    source,
-                }),
-            None => Ok(()),
-        }
+        Ok(sublink_plugin::ipam_status(args, &self.ipam)?)
     }
 }

@@ -20,6 +20,7 @@ use std::os::fd::AsFd;
 use libcni::iface::{configure_iface, Announce};
 use libcni::invoke::{Delegator, Exec, InvokeError};
 use libcni::netlink::sublink::{create_in_container, ContainerSubLink, Creator, SubLinkKind};
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -101,15 +102,15 @@ impl<E: Exec> Attach<'_, E> {
         let allocated = self
             .ipam
             .add(plugin, self.args.conf.bytes())
-            .map_err(|source| VlanError::Ipam {
-                action: "failed to execute IPAM delegate",
-                plugin: plugin.clone(),
-                source,
+            .map_err(|source| {
+                IpamCallError::new("failed to execute IPAM delegate", plugin, source)
             })?;
-        let allocated = v100::Result::try_from(allocated).map_err(|e| VlanError::Ipam {
-            action: "cannot convert the result of",
-            plugin: plugin.clone(),
-            source: InvokeError::Result(e),
+        let allocated = v100::Result::try_from(allocated).map_err(|e| {
+            IpamCallError::new(
+                "cannot convert the result of",
+                plugin,
+                InvokeError::Result(e),
+            )
         })?;
         if allocated.ips.is_empty() {
             return Err(VlanError::IpamNoIps);

@@ -10,6 +10,7 @@
 use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -22,11 +23,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanErr
     let conf = VlanConf::from_conf(&args.conf)?;
     let netns = open_netns(&args.netns)?;
     ipam.check(&conf.ipam_type, args.conf.bytes())
-        .map_err(|source| VlanError::Ipam {
-            action: "IPAM CHECK with",
-            plugin: conf.ipam_type.clone(),
-            source,
-        })?;
+        .map_err(|source| IpamCallError::new("IPAM CHECK with", &conf.ipam_type, source))?;
     let prev = args
         .conf
         .prev_result()?

@@ -2,11 +2,11 @@
 //! of their own to do: they ask the IPAM plugin.
 
 use libcni::invoke::{Delegator, Exec, RawExec};
+use libcni::netlink::sublink_plugin;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::types::AnyResult;
 
 use crate::config::ConfigError;
-use crate::del::ipam_type;
 use crate::error::VlanError;
 use crate::{add, check, del};
 
@@ -44,33 +44,15 @@ impl<E: Exec> Plugin for VlanPlugin<E> {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), VlanError> {
-        match ipam_type(args) {
-            Some(plugin) => {
-                self.ipam
-                    .gc(plugin, args.conf.bytes())
-                    .map_err(|source| VlanError::Ipam {
-                        action: "IPAM GC with",
-                        plugin: plugin.to_string(),
-                        source,
-                    })
-            }
-            None => Ok(()),
-        }
+        Ok(sublink_plugin::ipam_gc(args, &self.ipam)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), VlanError> {
-        match ipam_type(args) {
-            Some(plugin) => self
-                .ipam
-                .status(plugin, args.conf.bytes())
-                .map_err(|source| VlanError::Ipam {
-                    action: "IPAM STATUS with",
-                    plugin: plugin.to_string(),
-                    source,
-                }),
-            // IPAM is required: STATUS says what is wrong with the
-            // configuration, as ADD would.
-            None => Err(ConfigError::IpamMissing.into()),
+        // IPAM is required: STATUS says what is wrong with the
+        // configuration, as ADD would.
+        if sublink_plugin::ipam_type(args).is_none() {
+            return Err(ConfigError::IpamMissing.into());
         }
+        Ok(sublink_plugin::ipam_status(args, &self.ipam)?)
     }
 }

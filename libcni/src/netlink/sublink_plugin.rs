@@ -1,0 +1,109 @@
+//! The verbs that macvlan, ipvlan and vlan share: each puts one
+//! sub-interface of a host link into the container and leaves addresses to
+//! an IPAM plugin, so DEL, GC and STATUS do the same thing in all three,
+//! and an IPAM failure is reported the same way. What differs (config keys,
+//! the link kind and its mode, each plugin's own CHECK) stays in the
+//! plugins.
+
+use crate::error::{CniError, ToCniError};
+use crate::invoke::{Delegator, Exec, InvokeError};
+use crate::netlink::sublink::{delete_in_container, DeleteError};
+use crate::skel::CmdArgs;
+
+/// The IPAM plugin failed (or printed a result we cannot read) for one
+/// verb; `action` says which, in the words of the plugin's messages.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {plugin:?}: {source}")]
+pub struct IpamCallError {
+    pub action: &'static str,
+    pub plugin: String,
+    #[source]
+    pub source: InvokeError,
+}
+
+impl IpamCallError {
+    pub fn new(action: &'static str, plugin: &str, source: InvokeError) -> IpamCallError {
+        IpamCallError {
+            action,
+            plugin: plugin.to_string(),
+            source,
+        }
+    }
+}
+
+impl ToCniError for IpamCallError {
+    fn to_cni_error(&self) -> CniError {
+        // The delegate's own error object, code and all, when it printed
+        // one: the runtime should see what the IPAM plugin said.
+        match self.source.plugin_error() {
+            Some(e) => e.clone(),
+            None => CniError::new(self.source.to_cni_error().code, self.to_string()),
+        }
+    }
+}
+
+/// The IPAM plugin of the configuration; `None` for layer 2 (no `ipam` or
+/// an empty `type`).
+pub fn ipam_type(args: &CmdArgs) -> Option<&str> {
+    args.conf
+        .ipam
+        .as_ref()
+        .map(|ipam| ipam.ipam_type.as_str())
+        .filter(|t| !t.is_empty())
+}
+
+/// DEL, best effort: the container interface goes (a namespace or link
+/// already gone is success), then the IPAM plugin releases the lease. Each
+/// runs whatever the other did; the failures come back in order for the
+/// plugin to combine into its own error. No plugin key is read beyond
+/// `ipam.type`, so a configuration ADD refused can still be deleted.
+/// Without `CNI_NETNS` (containerd's second DEL) only IPAM DEL runs.
+pub fn del<E, Err>(args: &CmdArgs, ipam: &Delegator<E>) -> Vec<Err>
+where
+    E: Exec,
+    Err: From<DeleteError> + From<IpamCallError>,
+{
+    let mut errors = Vec::new();
+    if !args.netns.is_empty() {
+        // Before the lease goes, so the address is not handed out again
+        // while this link still answers for it.
+        match delete_in_container(&args.netns, &args.ifname) {
+            Ok(true) => {}
+            Ok(false) => log::debug!("{:?} was already gone", args.ifname),
+            Err(e) => errors.push(Err::from(e)),
+        }
+    }
+    if let Some(plugin) = ipam_type(args) {
+        if let Err(source) = ipam.del(plugin, args.conf.bytes()) {
+            errors.push(Err::from(IpamCallError::new(
+                "IPAM DEL with",
+                plugin,
+                source,
+            )));
+        }
+    }
+    errors
+}
+
+/// GC: the plugins keep no state of their own, so only the IPAM plugin
+/// has leases to collect; nothing to do without one.
+pub fn ipam_gc<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpamCallError> {
+    match ipam_type(args) {
+        Some(plugin) => ipam
+            .gc(plugin, args.conf.bytes())
+            .map_err(|source| IpamCallError::new("IPAM GC with", plugin, source)),
+        None => Ok(()),
+    }
+}
+
+/// STATUS: the plugins can always create links, so readiness is the IPAM
+/// plugin's; without one this says ready (a plugin that requires IPAM
+/// checks for it first).
+pub fn ipam_status<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpamCallError> {
+    match ipam_type(args) {
+        Some(plugin) => ipam
+            .status(plugin, args.conf.bytes())
+            .map_err(|source| IpamCallError::new("IPAM STATUS with", plugin, source)),
+        None => Ok(()),
+    }
+}
