@@ -1,14 +1,19 @@
 //! The verbs that macvlan, ipvlan and vlan share: each puts one
 //! sub-interface of a host link into the container and leaves addresses to
 //! an IPAM plugin, so DEL, GC and STATUS do the same thing in all three,
-//! and an IPAM failure is reported the same way. What differs (config keys,
-//! the link kind and its mode, each plugin's own CHECK) stays in the
-//! plugins.
+//! an IPAM failure is reported the same way, and CHECK starts and ends
+//! alike (the prevResult's interface in this sandbox, the link read back
+//! as the plugin's kind; its addresses and routes). What differs (config
+//! keys, the link kind's mode or id, the order of each plugin's own CHECK
+//! steps) stays in the plugins.
 
-use crate::error::{CniError, ToCniError};
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::iface::{check_interface_ips, check_routes, sandbox_interface, IfaceError};
 use crate::invoke::{Delegator, Exec, InvokeError};
-use crate::netlink::sublink::{delete_in_container, DeleteError};
+use crate::netlink::sublink::{delete_in_container, DeleteError, SubLinkInfo, SubLinkKind};
+use crate::netlink::{NetlinkError, RouteSocket};
 use crate::skel::CmdArgs;
+use crate::types::v100;
 
 /// The IPAM plugin failed (or printed a result we cannot read) for one
 /// verb; `action` says which, in the words of the plugin's messages.
@@ -106,4 +111,90 @@ pub fn ipam_status<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), I
             .map_err(|source| IpamCallError::new("IPAM STATUS with", plugin, source)),
         None => Ok(()),
     }
+}
+
+/// What CHECK finds missing or different before the plugin's own checks.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("Required prevResult missing")]
+    PrevResultMissing,
+    #[error("Sandbox in prevResult {found} doesn't match configured netns: {expected}")]
+    SandboxMismatch { found: String, expected: String },
+    #[error("Container interface {0} not found")]
+    LinkMissing(String),
+    #[error("Container interface {ifname} not of type {wanted} (it is {kind})")]
+    WrongKind {
+        ifname: String,
+        wanted: &'static str,
+        kind: String,
+    },
+}
+
+impl ToCniError for CheckError {
+    fn to_cni_error(&self) -> CniError {
+        // The spec has no code for "not as the prevResult says"; the
+        // message says what differs.
+        match self {
+            CheckError::PrevResultMissing
+            | CheckError::SandboxMismatch { .. }
+            | CheckError::LinkMissing(_)
+            | CheckError::WrongKind { .. } => CniError::new(ErrorCode::Internal, self.to_string()),
+        }
+    }
+}
+
+/// The prevResult's `CNI_IFNAME` in this sandbox: the interface ADD
+/// reported, whose MAC the link must still have.
+pub fn expected_interface<'r>(
+    prev: &'r v100::Result,
+    args: &CmdArgs,
+) -> Result<&'r v100::Interface, CheckError> {
+    match sandbox_interface(prev, &args.ifname, &args.netns) {
+        Some((_, expected)) => Ok(expected),
+        None => Err(CheckError::SandboxMismatch {
+            found: prev
+                .interfaces
+                .iter()
+                .find(|i| i.name == args.ifname)
+                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
+            expected: args.netns.clone(),
+        }),
+    }
+}
+
+/// `ifname` read back in the container, with what `pick` takes from its
+/// kind (the mode or the VLAN id); a link of another kind is named
+/// `wanted` in the error.
+pub fn read_back<T, Err>(
+    container: &mut RouteSocket,
+    ifname: &str,
+    wanted: &'static str,
+    pick: impl FnOnce(&SubLinkKind) -> Option<T>,
+) -> Result<(SubLinkInfo, T), Err>
+where
+    Err: From<NetlinkError> + From<CheckError>,
+{
+    let found = container
+        .sublink(ifname)?
+        .ok_or_else(|| CheckError::LinkMissing(ifname.to_string()))?;
+    match found.kind.as_ref().and_then(pick) {
+        Some(picked) => Ok((found, picked)),
+        None => Err(CheckError::WrongKind {
+            ifname: ifname.to_string(),
+            wanted,
+            kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
+        }
+        .into()),
+    }
+}
+
+/// CHECK's last step in all three: the prevResult's addresses on the link
+/// and its routes in the container.
+pub fn check_addresses_and_routes(
+    container: &mut RouteSocket,
+    found: &SubLinkInfo,
+    prev: &v100::Result,
+) -> Result<(), IfaceError> {
+    check_interface_ips(container, &found.link, prev)?;
+    check_routes(container, &prev.routes)
 }

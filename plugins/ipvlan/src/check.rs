@@ -7,12 +7,12 @@
 //! prevResult now names the ipvlan itself, not the chained master); the
 //! container interface is an ipvlan in the configured mode with the
 //! prevResult's MAC; its addresses and routes are there
-//! ([`check_interface_ips`], [`check_routes`]).
+//! ([`libcni::iface::check_interface_ips`], [`libcni::iface::check_routes`]).
 
-use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
+use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 
@@ -27,17 +27,8 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanE
         ipam.check(plugin, args.conf.bytes())
             .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
     }
-    let prev = prev_result(args)?.ok_or(IpvlanError::PrevResultMissing)?;
-    let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {
-        IpvlanError::SandboxMismatch {
-            found: prev
-                .interfaces
-                .iter()
-                .find(|i| i.name == args.ifname)
-                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
-            expected: args.netns.clone(),
-        }
-    })?;
+    let prev = prev_result(args)?.ok_or(CheckError::PrevResultMissing)?;
+    let expected = sublink_plugin::expected_interface(&prev, args)?;
 
     let mut container = RouteSocket::open_in(&netns)?;
     if let Some(master) = &conf.master {
@@ -47,18 +38,15 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanE
             find_master(Some(master), false, &mut RouteSocket::open_current()?)?;
         }
     }
-    let found = container
-        .sublink(args.ifname.as_str())?
-        .ok_or_else(|| IpvlanError::LinkMissing(args.ifname.clone()))?;
-    let mode = match found.kind {
-        Some(SubLinkKind::IpVlan { mode }) => mode,
-        _ => {
-            return Err(IpvlanError::NotIpvlan {
-                ifname: args.ifname.clone(),
-                kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
-            })
-        }
-    };
+    let (found, mode) = sublink_plugin::read_back::<_, IpvlanError>(
+        &mut container,
+        &args.ifname,
+        "ipvlan",
+        |kind| match kind {
+            SubLinkKind::IpVlan { mode } => Some(*mode),
+            _ => None,
+        },
+    )?;
     if mode != conf.mode {
         return Err(IpvlanError::ModeMismatch {
             found: mode.to_string(),
@@ -66,7 +54,6 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanE
         });
     }
     check_mac(expected, &found.link)?;
-    check_interface_ips(&mut container, &found.link, &prev)?;
-    check_routes(&mut container, &prev.routes)?;
+    sublink_plugin::check_addresses_and_routes(&mut container, &found, &prev)?;
     Ok(())
 }

@@ -13,7 +13,7 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -49,14 +49,8 @@ pub enum IpvlanError {
     IpamNoIps,
     #[error("failed to convert prevResult: {0}")]
     PrevResult(#[source] ResultError),
-    #[error("Required prevResult missing")]
-    PrevResultMissing,
-    #[error("Sandbox in prevResult {found} doesn't match configured netns: {expected}")]
-    SandboxMismatch { found: String, expected: String },
-    #[error("Container interface {0} not found")]
-    LinkMissing(String),
-    #[error("Container interface {ifname} not of type ipvlan (it is {kind})")]
-    NotIpvlan { ifname: String, kind: String },
+    #[error(transparent)]
+    Check(#[from] CheckError),
     #[error("Container IPVlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
     #[error(transparent)]
@@ -89,16 +83,13 @@ impl ToCniError for IpvlanError {
             IpvlanError::Iface(e) => e.to_cni_error(),
             IpvlanError::Delete(e) => e.to_cni_error(),
             IpvlanError::Ipam(e) => e.to_cni_error(),
+            IpvlanError::Check(e) => e.to_cni_error(),
             IpvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
             IpvlanError::Several(list) => list.to_cni_error(),
-            IpvlanError::Netlink(_)
-            | IpvlanError::IpamNoIps
-            | IpvlanError::PrevResultMissing
-            | IpvlanError::SandboxMismatch { .. }
-            | IpvlanError::LinkMissing(_)
-            | IpvlanError::NotIpvlan { .. }
-            | IpvlanError::ModeMismatch { .. } => internal(),
+            IpvlanError::Netlink(_) | IpvlanError::IpamNoIps | IpvlanError::ModeMismatch { .. } => {
+                internal()
+            }
         }
     }
 }

@@ -5,12 +5,12 @@
 //! the prevResult names `CNI_IFNAME` in this sandbox; the master exists;
 //! the container interface is a macvlan in the configured mode with the
 //! prevResult's MAC; its addresses and routes are there
-//! ([`check_interface_ips`], [`check_routes`]).
+//! ([`libcni::iface::check_interface_ips`], [`libcni::iface::check_routes`]).
 
-use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
+use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -29,18 +29,9 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), Macvlan
     let prev = args
         .conf
         .prev_result()?
-        .ok_or(MacvlanError::PrevResultMissing)?;
+        .ok_or(CheckError::PrevResultMissing)?;
     let prev = v100::Result::try_from(prev).map_err(MacvlanError::PrevResult)?;
-    let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {
-        MacvlanError::SandboxMismatch {
-            found: prev
-                .interfaces
-                .iter()
-                .find(|i| i.name == args.ifname)
-                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
-            expected: args.netns.clone(),
-        }
-    })?;
+    let expected = sublink_plugin::expected_interface(&prev, args)?;
 
     let mut container = RouteSocket::open_in(&netns)?;
     if conf.link_in_container {
@@ -48,18 +39,15 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), Macvlan
     } else {
         find_master(&conf, &mut RouteSocket::open_current()?)?;
     }
-    let found = container
-        .sublink(args.ifname.as_str())?
-        .ok_or_else(|| MacvlanError::LinkMissing(args.ifname.clone()))?;
-    let mode = match found.kind {
-        Some(SubLinkKind::MacVlan { mode, .. }) => mode,
-        _ => {
-            return Err(MacvlanError::NotMacvlan {
-                ifname: args.ifname.clone(),
-                kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
-            })
-        }
-    };
+    let (found, mode) = sublink_plugin::read_back::<_, MacvlanError>(
+        &mut container,
+        &args.ifname,
+        "macvlan",
+        |kind| match kind {
+            SubLinkKind::MacVlan { mode, .. } => Some(*mode),
+            _ => None,
+        },
+    )?;
     if mode != conf.mode {
         return Err(MacvlanError::ModeMismatch {
             found: mode.to_string(),
@@ -67,7 +55,6 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), Macvlan
         });
     }
     check_mac(expected, &found.link)?;
-    check_interface_ips(&mut container, &found.link, &prev)?;
-    check_routes(&mut container, &prev.routes)?;
+    sublink_plugin::check_addresses_and_routes(&mut container, &found, &prev)?;
     Ok(())
 }

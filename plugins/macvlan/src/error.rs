@@ -14,7 +14,7 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -50,14 +50,8 @@ pub enum MacvlanError {
     IpamNoIps,
     #[error("failed to convert prevResult: {0}")]
     PrevResult(#[source] ResultError),
-    #[error("Required prevResult missing")]
-    PrevResultMissing,
-    #[error("Sandbox in prevResult {found} doesn't match configured netns: {expected}")]
-    SandboxMismatch { found: String, expected: String },
-    #[error("Container interface {0} not found")]
-    LinkMissing(String),
-    #[error("Container interface {ifname} not of type macvlan (it is {kind})")]
-    NotMacvlan { ifname: String, kind: String },
+    #[error(transparent)]
+    Check(#[from] CheckError),
     #[error("Container macvlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
     #[error(transparent)]
@@ -90,15 +84,12 @@ impl ToCniError for MacvlanError {
             MacvlanError::Iface(e) => e.to_cni_error(),
             MacvlanError::Delete(e) => e.to_cni_error(),
             MacvlanError::Ipam(e) => e.to_cni_error(),
+            MacvlanError::Check(e) => e.to_cni_error(),
             MacvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
             MacvlanError::Several(list) => list.to_cni_error(),
             MacvlanError::Netlink(_)
             | MacvlanError::IpamNoIps
-            | MacvlanError::PrevResultMissing
-            | MacvlanError::SandboxMismatch { .. }
-            | MacvlanError::LinkMissing(_)
-            | MacvlanError::NotMacvlan { .. }
             | MacvlanError::ModeMismatch { .. } => internal(),
         }
     }

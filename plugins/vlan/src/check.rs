@@ -4,13 +4,13 @@
 //! its lease, then: the prevResult names `CNI_IFNAME` in this sandbox; the
 //! master exists; the container interface is a VLAN link with the
 //! configured id, the prevResult's MAC and, when `mtu` is set, that MTU;
-//! its addresses and routes are there ([`check_interface_ips`],
-//! [`check_routes`]).
+//! its addresses and routes are there ([`libcni::iface::check_interface_ips`],
+//! [`libcni::iface::check_routes`]).
 
-use libcni::iface::{check_interface_ips, check_mac, check_routes, sandbox_interface};
+use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -27,18 +27,9 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanErr
     let prev = args
         .conf
         .prev_result()?
-        .ok_or(VlanError::PrevResultMissing)?;
+        .ok_or(CheckError::PrevResultMissing)?;
     let prev = v100::Result::try_from(prev).map_err(VlanError::PrevResult)?;
-    let (_, expected) = sandbox_interface(&prev, &args.ifname, &args.netns).ok_or_else(|| {
-        VlanError::SandboxMismatch {
-            found: prev
-                .interfaces
-                .iter()
-                .find(|i| i.name == args.ifname)
-                .map_or_else(|| "<none>".to_string(), |i| i.sandbox.clone()),
-            expected: args.netns.clone(),
-        }
-    })?;
+    let expected = sublink_plugin::expected_interface(&prev, args)?;
 
     let mut container = RouteSocket::open_in(&netns)?;
     if conf.link_in_container {
@@ -46,18 +37,13 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanErr
     } else {
         find_master(&conf, &mut RouteSocket::open_current()?)?;
     }
-    let found = container
-        .sublink(args.ifname.as_str())?
-        .ok_or_else(|| VlanError::LinkMissing(args.ifname.clone()))?;
-    let id = match found.kind {
-        Some(SubLinkKind::Vlan { id }) => id,
-        _ => {
-            return Err(VlanError::NotVlan {
-                ifname: args.ifname.clone(),
-                kind: found.link.kind.clone().unwrap_or_else(|| "none".into()),
-            })
-        }
-    };
+    let (found, id) =
+        sublink_plugin::read_back::<_, VlanError>(&mut container, &args.ifname, "vlan", |kind| {
+            match kind {
+                SubLinkKind::Vlan { id } => Some(*id),
+                _ => None,
+            }
+        })?;
     check_mac(expected, &found.link)?;
     if id != conf.vlan_id {
         return Err(VlanError::VlanIdMismatch {
@@ -73,7 +59,6 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanErr
             expected: conf.mtu,
         });
     }
-    check_interface_ips(&mut container, &found.link, &prev)?;
-    check_routes(&mut container, &prev.routes)?;
+    sublink_plugin::check_addresses_and_routes(&mut container, &found, &prev)?;
     Ok(())
 }

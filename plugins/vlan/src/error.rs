@@ -14,7 +14,7 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -48,14 +48,8 @@ pub enum VlanError {
     IpamNoIps,
     #[error("failed to convert prevResult: {0}")]
     PrevResult(#[source] ResultError),
-    #[error("Required prevResult missing")]
-    PrevResultMissing,
-    #[error("Sandbox in prevResult {found} doesn't match configured netns: {expected}")]
-    SandboxMismatch { found: String, expected: String },
-    #[error("Container interface {0} not found")]
-    LinkMissing(String),
-    #[error("Container interface {ifname} not of type vlan (it is {kind})")]
-    NotVlan { ifname: String, kind: String },
+    #[error(transparent)]
+    Check(#[from] CheckError),
     #[error("Container VLAN link {ifname} has VLAN id {found}, the configuration says {expected}")]
     VlanIdMismatch {
         ifname: String,
@@ -96,15 +90,12 @@ impl ToCniError for VlanError {
             VlanError::Iface(e) => e.to_cni_error(),
             VlanError::Delete(e) => e.to_cni_error(),
             VlanError::Ipam(e) => e.to_cni_error(),
+            VlanError::Check(e) => e.to_cni_error(),
             VlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The first failure decides the code; the message lists all.
             VlanError::Several(list) => list.to_cni_error(),
             VlanError::Netlink(_)
             | VlanError::IpamNoIps
-            | VlanError::PrevResultMissing
-            | VlanError::SandboxMismatch { .. }
-            | VlanError::LinkMissing(_)
-            | VlanError::NotVlan { .. }
             | VlanError::VlanIdMismatch { .. }
             | VlanError::MtuMismatch { .. } => internal(),
         }
