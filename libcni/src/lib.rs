@@ -20,6 +20,7 @@ pub mod detached;
 pub mod device;
 pub mod device_info;
 pub mod error;
+pub mod firewall_probe;
 pub mod go_compat;
 pub mod hwaddr;
 pub mod iface;

@@ -23,6 +23,7 @@ mod nft;
 use std::collections::BTreeSet;
 
 use ipnetwork::IpNetwork;
+use libcni::firewall_probe::IptablesFlavour;
 use libcni::iptables::{join_args, CommandError, Programs, RestoreScript, SavedRule, SavedTable};
 use libcni::nftables::iptables_nft::NAT_TABLE;
 use libcni::plugin_conf::GcAttachment;
@@ -96,17 +97,6 @@ impl Tools {
         Ok(NatTable::from_saved(self.programs.read(NAT_TABLE)?))
     }
 
-    /// Whether iptables works here (the backend choice when none is
-    /// configured): nf_tables answers, or `iptables-save` runs.
-    pub(crate) fn usable(&self) -> bool {
-        match self.writer {
-            Writer::Netlink => libcni::nftables::NfTablesSocket::open()
-                .and_then(|mut s| s.probe())
-                .is_ok(),
-            Writer::Programs => self.read_nat(None).is_ok(),
-        }
-    }
-
     /// Applies `changes` read from `table` at once.
     fn apply(&self, changes: &[Change], table: &NatTable) -> Result<(), IpMasqError> {
         if self.writer == Writer::Netlink {
@@ -127,10 +117,9 @@ impl Tools {
 impl Writer {
     /// Netlink where the programs are iptables-nft, else the programs.
     fn of(programs: &Programs) -> Writer {
-        if programs.is_iptables_nft() {
-            Writer::Netlink
-        } else {
-            Writer::Programs
+        match IptablesFlavour::of(programs) {
+            IptablesFlavour::Nft => Writer::Netlink,
+            IptablesFlavour::Legacy => Writer::Programs,
         }
     }
 }

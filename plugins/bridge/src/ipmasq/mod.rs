@@ -14,9 +14,9 @@ mod nftables;
 
 use ipnetwork::IpNetwork;
 use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::firewall_probe::{probe_host_iptables, probe_nftables};
 use libcni::iptables::CommandError;
 use libcni::plugin_conf::GcAttachment;
-use libcni::IpFamily;
 
 pub use libcni::nftables::NfTablesError;
 
@@ -110,7 +110,7 @@ pub fn select_backend(conf: Option<&str>) -> Result<MasqBackend, IpMasqError> {
         Some("nftables") => Ok(MasqBackend::Nftables),
         Some(other) => Err(IpMasqError::UnknownBackend(other.to_string())),
         None => {
-            if iptables_usable() || !nftables::usable() {
+            if probe_host_iptables().is_ok() || probe_nftables().is_err() {
                 Ok(MasqBackend::Iptables)
             } else {
                 Ok(MasqBackend::Nftables)
@@ -125,10 +125,6 @@ pub fn validate_backend(conf: Option<&str>) -> Result<(), IpMasqError> {
         None | Some("iptables") | Some("nftables") => Ok(()),
         Some(other) => Err(IpMasqError::UnknownBackend(other.to_string())),
     }
-}
-
-fn iptables_usable() -> bool {
-    iptables::Tools::of(IpFamily::V4).usable()
 }
 
 /// Masquerades traffic from each of `ips` (address with prefix, as in a
@@ -172,7 +168,7 @@ pub fn teardown(
     }
     if let Err(e) = nftables::teardown(network, ifname, container_id) {
         // No nf_tables here: nothing of ours can be there either.
-        if nftables::usable() {
+        if probe_nftables().is_ok() {
             errors.push(e.into());
         }
     }
@@ -188,7 +184,7 @@ pub fn gc(network: &str, valid: &[GcAttachment]) -> Result<(), IpMasqError> {
         errors.push(e);
     }
     if let Err(e) = nftables::gc(network, valid) {
-        if nftables::usable() {
+        if probe_nftables().is_ok() {
             errors.push(e.into());
         }
     }

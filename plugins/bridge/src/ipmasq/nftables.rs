@@ -61,11 +61,6 @@ const POSTROUTING: BaseChain = BaseChain {
     policy_accept: false,
 };
 
-/// Whether nf_tables answers in this namespace.
-pub(crate) fn usable() -> bool {
-    NfTablesSocket::open().and_then(|mut s| s.probe()).is_ok()
-}
-
 /// ADD: creates what is missing of the table and chains, refills
 /// `postrouting` if it differs, replaces this attachment's rules with one
 /// per address.

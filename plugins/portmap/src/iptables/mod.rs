@@ -25,6 +25,7 @@ use std::path::Path;
 
 use ipnetwork::IpNetwork;
 use libcni::error::ErrorCode;
+use libcni::firewall_probe::{probe_host_iptables, IptablesFlavour, IptablesUnusable};
 use libcni::iptables::{
     join_args, option_value, CommandError, Programs, RestoreScript, SavedTable,
 };
@@ -65,6 +66,17 @@ pub enum IptablesError {
     InvalidCondition { key: &'static str, reason: String },
     #[error(transparent)]
     NfTables(#[from] libcni::nftables::NfTablesError),
+}
+
+/// The probe's failure as the backend reports it: the same errors its
+/// own reading of the table or its nf_tables socket would give.
+impl From<IptablesUnusable> for IptablesError {
+    fn from(error: IptablesUnusable) -> IptablesError {
+        match error {
+            IptablesUnusable::NfTables(e) => IptablesError::NfTables(e),
+            IptablesUnusable::Command(e) => IptablesError::Command(e),
+        }
+    }
 }
 
 impl IptablesError {
@@ -120,7 +132,7 @@ fn index(family: IpFamily) -> usize {
 }
 
 fn uses_netlink(family: IpFamily) -> bool {
-    Programs::of(family).is_iptables_nft()
+    IptablesFlavour::of(&Programs::of(family)) == IptablesFlavour::Nft
 }
 
 impl IptablesMapper {
@@ -143,11 +155,10 @@ impl IptablesMapper {
     /// Whether iptables works here: reads the IPv4 `nat` table (kept for
     /// the next operation, so auto-detection costs no extra process).
     pub fn probe(&mut self) -> Result<(), IptablesError> {
-        if self.netlink[index(IpFamily::V4)] {
-            return nft::usable();
+        let probe = probe_host_iptables()?;
+        if !self.netlink[index(IpFamily::V4)] {
+            self.probed_v4 = probe.nat_table;
         }
-        let table = read_table(IpFamily::V4)?;
-        self.probed_v4 = Some(table);
         Ok(())
     }
 
@@ -299,10 +310,8 @@ fn neither_usable(mut failures: Vec<IptablesError>) -> Result<(), IptablesError>
 /// Whether iptables works on this host (reads the IPv4 `nat` table;
 /// takes no lock, as it changes nothing).
 pub fn probe_host() -> Result<(), IptablesError> {
-    if uses_netlink(IpFamily::V4) {
-        return nft::usable();
-    }
-    read_table(IpFamily::V4).map(|_| ())
+    probe_host_iptables()?;
+    Ok(())
 }
 
 fn read_table(family: IpFamily) -> Result<SavedTable, IptablesError> {

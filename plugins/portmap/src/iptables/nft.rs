@@ -332,12 +332,6 @@ pub(crate) fn remove_chains(
     Ok(handled)
 }
 
-/// Whether nf_tables answers here.
-pub(crate) fn usable() -> Result<(), IptablesError> {
-    NfTablesSocket::open()?.probe()?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
