@@ -13,7 +13,7 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
-//! - [`sublink_plugin`]: the DEL, GC, STATUS and CHECK steps those three
+//! - [`sublink_plugin`]: the IPAM, DEL, GC, STATUS and CHECK steps those three
 //!   plugins share;
 //! - [`retire`]: deleting a container's link without waiting for the
 //!   kernel's cleanup after it is unlisted;

@@ -57,6 +57,27 @@ pub fn ipam_type(args: &CmdArgs) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// ADD's IPAM step: the lease as a 1.0 result, which the plugin builds its
+/// own on. `action` names the call in the error as each plugin words it
+/// (vlan keeps the reference's "failed to execute IPAM delegate").
+pub fn ipam_add<E: Exec>(
+    args: &CmdArgs,
+    ipam: &Delegator<E>,
+    plugin: &str,
+    action: &'static str,
+) -> Result<v100::Result, IpamCallError> {
+    let allocated = ipam
+        .add(plugin, args.conf.bytes())
+        .map_err(|source| IpamCallError::new(action, plugin, source))?;
+    v100::Result::try_from(allocated).map_err(|e| {
+        IpamCallError::new(
+            "cannot convert the result of",
+            plugin,
+            InvokeError::Result(e),
+        )
+    })
+}
+
 /// DEL, best effort: the container interface goes (a namespace or link
 /// already gone is success), then the IPAM plugin releases the lease. Each
 /// runs whatever the other did; the failures come back in order for the

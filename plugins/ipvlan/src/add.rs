@@ -19,11 +19,11 @@
 use std::os::fd::AsFd;
 
 use libcni::iface::{configure_iface, Announce};
-use libcni::invoke::{Delegator, Exec, InvokeError};
+use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{
     create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
 };
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -190,18 +190,12 @@ impl<E: Exec> Attach<'_, E> {
 
     fn allocate(&mut self, plugin: &str) -> Result<v100::Result, IpvlanError> {
         self.lease_taken = true;
-        let allocated = self
-            .ipam
-            .add(plugin, self.args.conf.bytes())
-            .map_err(|source| IpamCallError::new("IPAM ADD with", plugin, source))?;
-        let allocated = v100::Result::try_from(allocated).map_err(|e| {
-            IpamCallError::new(
-                "cannot convert the result of",
-                plugin,
-                InvokeError::Result(e),
-            )
-        })?;
-        Ok(allocated)
+        Ok(sublink_plugin::ipam_add(
+            self.args,
+            self.ipam,
+            plugin,
+            "IPAM ADD with",
+        )?)
     }
 
     /// Deletes the link and releases the lease; failures are logged, the

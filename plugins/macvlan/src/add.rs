@@ -23,7 +23,7 @@ use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{
     create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
 };
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -124,17 +124,8 @@ impl<E: Exec> Attach<'_, E> {
         match &self.conf.ipam_type {
             Some(plugin) => {
                 self.lease_taken = true;
-                let allocated = self
-                    .ipam
-                    .add(plugin, self.args.conf.bytes())
-                    .map_err(|source| IpamCallError::new("IPAM ADD with", plugin, source))?;
-                let allocated = v100::Result::try_from(allocated).map_err(|e| {
-                    IpamCallError::new(
-                        "cannot convert the result of",
-                        plugin,
-                        libcni::invoke::InvokeError::Result(e),
-                    )
-                })?;
+                let allocated =
+                    sublink_plugin::ipam_add(self.args, self.ipam, plugin, "IPAM ADD with")?;
                 if allocated.ips.is_empty() {
                     return Err(MacvlanError::IpamNoIps);
                 }

@@ -18,9 +18,9 @@
 use std::os::fd::AsFd;
 
 use libcni::iface::{configure_iface, Announce};
-use libcni::invoke::{Delegator, Exec, InvokeError};
+use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{create_in_container, ContainerSubLink, Creator, SubLinkKind};
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -99,19 +99,12 @@ impl<E: Exec> Attach<'_, E> {
         let ifname = &self.args.ifname;
         let plugin = &self.conf.ipam_type;
         self.lease_taken = true;
-        let allocated = self
-            .ipam
-            .add(plugin, self.args.conf.bytes())
-            .map_err(|source| {
-                IpamCallError::new("failed to execute IPAM delegate", plugin, source)
-            })?;
-        let allocated = v100::Result::try_from(allocated).map_err(|e| {
-            IpamCallError::new(
-                "cannot convert the result of",
-                plugin,
-                InvokeError::Result(e),
-            )
-        })?;
+        let allocated = sublink_plugin::ipam_add(
+            self.args,
+            self.ipam,
+            plugin,
+            "failed to execute IPAM delegate",
+        )?;
         if allocated.ips.is_empty() {
             return Err(VlanError::IpamNoIps);
         }
