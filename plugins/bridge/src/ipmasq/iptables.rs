@@ -448,7 +448,7 @@ fn keep_unless_unusable(tools: &Tools, error: IpMasqError, errors: &mut Vec<IpMa
             // lock (which only restore takes).
             CommandError::Deadline { .. } | CommandError::XtablesLock { .. } => false,
         },
-        IpMasqError::UnknownBackend(_) | IpMasqError::NfTables(_) | IpMasqError::Multiple(_) => {
+        IpMasqError::UnknownBackend(_) | IpMasqError::NfTables(_) | IpMasqError::Several(_) => {
             false
         }
     };

@@ -13,7 +13,7 @@ pub mod names;
 mod nftables;
 
 use ipnetwork::IpNetwork;
-use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::firewall_probe::{probe_host_iptables, probe_nftables};
 use libcni::iptables::CommandError;
 use libcni::plugin_conf::GcAttachment;
@@ -51,9 +51,10 @@ pub enum IpMasqError {
     },
     #[error(transparent)]
     NfTables(#[from] NfTablesError),
-    /// Teardown and GC go on after a failure; this holds all of them.
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    Multiple(Vec<IpMasqError>),
+    /// Teardown and GC go on after a failure; this holds all of them,
+    /// each with its own spec code (the first one's is reported).
+    #[error("{0}")]
+    Several(ErrorList),
 }
 
 impl IpMasqError {
@@ -70,15 +71,14 @@ impl IpMasqError {
             IpMasqError::Iptables(_)
             | IpMasqError::NetlinkRead { .. }
             | IpMasqError::UnknownBackend(_)
-            | IpMasqError::Multiple(_) => false,
+            | IpMasqError::Several(_) => false,
         }
     }
 
-    fn from_list(mut errors: Vec<IpMasqError>) -> Result<(), IpMasqError> {
-        match errors.len() {
-            0 => Ok(()),
-            1 => Err(errors.remove(0)),
-            _ => Err(IpMasqError::Multiple(errors)),
+    fn from_list(errors: Vec<IpMasqError>) -> Result<(), IpMasqError> {
+        match ErrorList::combine(errors, IpMasqError::Several) {
+            None => Ok(()),
+            Some(error) => Err(error),
         }
     }
 
@@ -86,10 +86,7 @@ impl IpMasqError {
         match self {
             IpMasqError::UnknownBackend(_) => ErrorCode::InvalidNetworkConfig,
             IpMasqError::Iptables(e) => e.error_code(),
-            IpMasqError::Multiple(errors) => errors
-                .first()
-                .map(IpMasqError::code)
-                .unwrap_or(ErrorCode::Internal),
+            IpMasqError::Several(list) => list.code(),
             IpMasqError::NetlinkRead { .. } | IpMasqError::NfTables(_) => ErrorCode::Internal,
         }
     }
@@ -219,8 +216,13 @@ mod tests {
             seconds: 10,
         });
         assert_eq!(err.to_cni_error().code, ErrorCode::TryAgainLater);
-        let both = IpMasqError::Multiple(vec![err, IpMasqError::UnknownBackend("x".into())]);
+        let both =
+            IpMasqError::from_list(vec![err, IpMasqError::UnknownBackend("x".into())]).unwrap_err();
+        assert!(matches!(both, IpMasqError::Several(_)));
         assert_eq!(both.to_cni_error().code, ErrorCode::TryAgainLater);
-        assert_eq!(both.to_string().lines().count(), 2);
+        assert_eq!(
+            both.to_string(),
+            "iptables-restore: the xtables lock is still held by another program after 10s; unknown ipmasq backend \"x\""
+        );
     }
 }
