@@ -12,8 +12,34 @@ use crate::iface::{check_interface_ips, check_routes, sandbox_interface, IfaceEr
 use crate::invoke::{Delegator, Exec, InvokeError};
 use crate::netlink::sublink::{delete_in_container, DeleteError, SubLinkInfo, SubLinkKind};
 use crate::netlink::{NetlinkError, RouteSocket};
+use crate::netns::{NetNs, NetNsError};
 use crate::skel::CmdArgs;
 use crate::types::v100;
+
+/// `CNI_NETNS` could not be opened for ADD or CHECK (DEL has its own, as
+/// a namespace gone is success there).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to open netns {path:?}: {source}")]
+pub struct ContainerNetNsError {
+    pub path: String,
+    #[source]
+    pub source: NetNsError,
+}
+
+impl ToCniError for ContainerNetNsError {
+    fn to_cni_error(&self) -> CniError {
+        // Gone (3) or not a namespace (4): the code netns gives every plugin.
+        CniError::new(self.source.error_code(), self.to_string())
+    }
+}
+
+/// Open the container namespace, with the error that names it.
+pub fn open_container_netns(path: &str) -> Result<NetNs, ContainerNetNsError> {
+    NetNs::open(path).map_err(|source| ContainerNetNsError {
+        path: path.to_string(),
+        source,
+    })
+}
 
 /// The IPAM plugin failed (or printed a result we cannot read) for one
 /// verb; `action` says which, in the words of the plugin's messages.

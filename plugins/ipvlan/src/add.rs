@@ -31,7 +31,7 @@ use libcni::types::v100;
 use libcni::version::SpecVersion;
 
 use crate::config::{ConfigError, IpvlanConf};
-use crate::error::{open_netns, IpvlanError};
+use crate::error::IpvlanError;
 
 /// The prevResult in the 1.x layout, if the configuration has one.
 pub fn prev_result(args: &CmdArgs) -> Result<Option<v100::Result>, IpvlanError> {
@@ -88,7 +88,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         (None, _) => return Err(ConfigError::NoAddressSource.into()),
     };
     let master_name = master_name(&conf, prev.as_ref())?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     let mut container = RouteSocket::open_in(&netns)?;
     let mut host = if conf.link_in_container {
         None

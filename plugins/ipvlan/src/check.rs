@@ -18,11 +18,11 @@ use libcni::skel::CmdArgs;
 
 use crate::add::{find_master, prev_result};
 use crate::config::IpvlanConf;
-use crate::error::{open_netns, IpvlanError};
+use crate::error::IpvlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanError> {
     let conf = IpvlanConf::from_conf(&args.conf)?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     if let Some(plugin) = &conf.ipam_type {
         ipam.check(plugin, args.conf.bytes())
             .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;

@@ -13,9 +13,8 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
+use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
 use libcni::netlink::NetlinkError;
-use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
 use libcni::types::ResultError;
 
@@ -27,12 +26,8 @@ pub enum IpvlanError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Conf(#[from] ConfError),
-    #[error("failed to open netns {path:?}: {source}")]
-    NetNs {
-        path: String,
-        #[source]
-        source: NetNsError,
-    },
+    #[error(transparent)]
+    NetNs(#[from] ContainerNetNsError),
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
     #[error("no default route interface found{}; set \"master\"", if *.in_container { " in the container" } else { "" })]
@@ -73,9 +68,7 @@ impl ToCniError for IpvlanError {
         match self {
             IpvlanError::Config(e) => e.to_cni_error(),
             IpvlanError::Conf(e) => e.to_cni_error(),
-            IpvlanError::NetNs { source, .. } => {
-                CniError::new(source.error_code(), self.to_string())
-            }
+            IpvlanError::NetNs(e) => e.to_cni_error(),
             IpvlanError::NoDefaultRoute { .. } | IpvlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -92,12 +85,4 @@ impl ToCniError for IpvlanError {
             }
         }
     }
-}
-
-/// Open the container namespace, with the error that names it.
-pub fn open_netns(path: &str) -> Result<libcni::netns::NetNs, IpvlanError> {
-    libcni::netns::NetNs::open(path).map_err(|source| IpvlanError::NetNs {
-        path: path.to_string(),
-        source,
-    })
 }

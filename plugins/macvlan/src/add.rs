@@ -31,7 +31,7 @@ use libcni::types::v100;
 use libcni::version::SpecVersion;
 
 use crate::config::MacvlanConf;
-use crate::error::{open_netns, MacvlanError};
+use crate::error::MacvlanError;
 
 /// The master, looked up through `socket` (the host's, or the
 /// container's with `linkInContainer`).
@@ -51,7 +51,7 @@ pub fn find_master(conf: &MacvlanConf, socket: &mut RouteSocket) -> Result<LinkI
 pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result, MacvlanError> {
     let conf = MacvlanConf::from_conf(&args.conf, &args.args)?;
     conf.check_result_expressible()?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     let mut container = RouteSocket::open_in(&netns)?;
     let mut host = if conf.link_in_container {
         None

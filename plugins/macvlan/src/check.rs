@@ -17,11 +17,11 @@ use libcni::types::v100;
 
 use crate::add::find_master;
 use crate::config::MacvlanConf;
-use crate::error::{open_netns, MacvlanError};
+use crate::error::MacvlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), MacvlanError> {
     let conf = MacvlanConf::from_conf(&args.conf, &args.args)?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     if let Some(plugin) = &conf.ipam_type {
         ipam.check(plugin, args.conf.bytes())
             .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;

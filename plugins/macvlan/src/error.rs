@@ -14,9 +14,8 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
+use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
 use libcni::netlink::NetlinkError;
-use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
 use libcni::types::ResultError;
 
@@ -28,12 +27,8 @@ pub enum MacvlanError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Conf(#[from] ConfError),
-    #[error("failed to open netns {path:?}: {source}")]
-    NetNs {
-        path: String,
-        #[source]
-        source: NetNsError,
-    },
+    #[error(transparent)]
+    NetNs(#[from] ContainerNetNsError),
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
     #[error("no default route interface found{}; set \"master\"", if *.in_container { " in the container" } else { "" })]
@@ -74,9 +69,7 @@ impl ToCniError for MacvlanError {
         match self {
             MacvlanError::Config(e) => e.to_cni_error(),
             MacvlanError::Conf(e) => e.to_cni_error(),
-            MacvlanError::NetNs { source, .. } => {
-                CniError::new(source.error_code(), self.to_string())
-            }
+            MacvlanError::NetNs(e) => e.to_cni_error(),
             MacvlanError::NoDefaultRoute { .. } | MacvlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -93,12 +86,4 @@ impl ToCniError for MacvlanError {
             | MacvlanError::ModeMismatch { .. } => internal(),
         }
     }
-}
-
-/// Open the container namespace, with the error that names it.
-pub fn open_netns(path: &str) -> Result<libcni::netns::NetNs, MacvlanError> {
-    libcni::netns::NetNs::open(path).map_err(|source| MacvlanError::NetNs {
-        path: path.to_string(),
-        source,
-    })
 }

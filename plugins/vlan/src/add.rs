@@ -28,7 +28,7 @@ use libcni::types::v100;
 use libcni::version::SpecVersion;
 
 use crate::config::VlanConf;
-use crate::error::{open_netns, VlanError};
+use crate::error::VlanError;
 
 /// The master, looked up through `socket` (the host's, or the
 /// container's with `linkInContainer`).
@@ -43,7 +43,7 @@ pub fn find_master(conf: &VlanConf, socket: &mut RouteSocket) -> Result<LinkInfo
 
 pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result, VlanError> {
     let conf = VlanConf::from_conf(&args.conf)?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     let mut container = RouteSocket::open_in(&netns)?;
     let mut host = if conf.link_in_container {
         None

@@ -17,11 +17,11 @@ use libcni::types::v100;
 
 use crate::add::find_master;
 use crate::config::VlanConf;
-use crate::error::{open_netns, VlanError};
+use crate::error::VlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanError> {
     let conf = VlanConf::from_conf(&args.conf)?;
-    let netns = open_netns(&args.netns)?;
+    let netns = sublink_plugin::open_container_netns(&args.netns)?;
     ipam.check(&conf.ipam_type, args.conf.bytes())
         .map_err(|source| IpamCallError::new("IPAM CHECK with", &conf.ipam_type, source))?;
     let prev = args

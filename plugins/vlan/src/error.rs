@@ -14,9 +14,8 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, IpamCallError};
+use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
 use libcni::netlink::NetlinkError;
-use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
 use libcni::types::ResultError;
 
@@ -28,12 +27,8 @@ pub enum VlanError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Conf(#[from] ConfError),
-    #[error("failed to open netns {path:?}: {source}")]
-    NetNs {
-        path: String,
-        #[source]
-        source: NetNsError,
-    },
+    #[error(transparent)]
+    NetNs(#[from] ContainerNetNsError),
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
     #[error("failed to lookup master {master:?}: no such link{}", if *.in_container { " in the container" } else { "" })]
@@ -82,7 +77,7 @@ impl ToCniError for VlanError {
         match self {
             VlanError::Config(e) => e.to_cni_error(),
             VlanError::Conf(e) => e.to_cni_error(),
-            VlanError::NetNs { source, .. } => CniError::new(source.error_code(), self.to_string()),
+            VlanError::NetNs(e) => e.to_cni_error(),
             VlanError::MasterNotFound { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -100,12 +95,4 @@ impl ToCniError for VlanError {
             | VlanError::MtuMismatch { .. } => internal(),
         }
     }
-}
-
-/// Open the container namespace, with the error that names it.
-pub fn open_netns(path: &str) -> Result<libcni::netns::NetNs, VlanError> {
-    libcni::netns::NetNs::open(path).map_err(|source| VlanError::NetNs {
-        path: path.to_string(),
-        source,
-    })
 }
