@@ -93,6 +93,30 @@ pub fn probe_nftables() -> Result<(), NfTablesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::test_support::in_private_netns;
+
+    /// In a fresh namespace both flavours work: iptables-nft by nf_tables
+    /// answering (no table read), legacy by reading its `nat` table, which
+    /// the probe hands back.
+    #[test]
+    fn both_flavours_usable_in_a_fresh_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("xtables.lock");
+        let nft =
+            Programs::of(IpFamily::V4).with_names("iptables-nft-save", "iptables-nft-restore");
+        let legacy = Programs::of(IpFamily::V4)
+            .with_names("iptables-legacy-save", "iptables-legacy-restore")
+            .with_env("XTABLES_LOCKFILE", &lock.display().to_string());
+        in_private_netns(|| {
+            probe_nftables().unwrap();
+            let probe = probe_iptables(&nft).unwrap();
+            assert_eq!(probe.flavour, IptablesFlavour::Nft);
+            assert!(probe.nat_table.is_none());
+            let probe = probe_iptables(&legacy).unwrap();
+            assert_eq!(probe.flavour, IptablesFlavour::Legacy);
+            assert!(probe.nat_table.is_some());
+        });
+    }
 
     /// A save program that does not exist makes legacy iptables unusable,
     /// with the runner's error and its code.
