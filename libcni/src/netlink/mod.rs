@@ -13,8 +13,8 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
-//! - [`sublink_plugin`]: the IPAM, DEL, GC, STATUS and CHECK steps those three
-//!   plugins share;
+//! - [`sublink_plugin`]: the netns, IPAM, DEL, GC, STATUS and CHECK
+//!   steps those three plugins share;
 //! - [`retire`]: deleting a container's link without waiting for the
 //!   kernel's cleanup after it is unlisted;
 //! - [`rdma`]: RDMA netlink ([`rdma::RdmaSocket`]: the RDMA namespace

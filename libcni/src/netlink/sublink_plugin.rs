@@ -1,11 +1,12 @@
-//! The verbs that macvlan, ipvlan and vlan share: each puts one
+//! The steps that macvlan, ipvlan and vlan share: each puts one
 //! sub-interface of a host link into the container and leaves addresses to
-//! an IPAM plugin, so DEL, GC and STATUS do the same thing in all three,
-//! an IPAM failure is reported the same way, and CHECK starts and ends
-//! alike (the prevResult's interface in this sandbox, the link read back
-//! as the plugin's kind; its addresses and routes). What differs (config
-//! keys, the link kind's mode or id, the order of each plugin's own CHECK
-//! steps) stays in the plugins.
+//! an IPAM plugin, so opening `CNI_NETNS`, the IPAM calls (ADD's lease,
+//! DEL, GC, STATUS) and DEL itself are the same in all three, an IPAM
+//! failure is reported the same way, and CHECK starts and ends alike (the
+//! prevResult's interface in this sandbox, the link read back as the
+//! plugin's kind; its addresses and routes). What differs (config keys,
+//! the master lookup, the link kind's mode or id, the order of each
+//! plugin's own CHECK steps) stays in the plugins.
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::iface::{check_interface_ips, check_routes, sandbox_interface, IfaceError};
