@@ -12,10 +12,12 @@
 //! start-up relocations the client's code brings.
 //!
 //! Every request has the call's one deadline (`etcd.timeoutMs` from the
-//! first request). Endpoints are tried one at a time, starting at one that
+//! first request). Endpoints are asked in an order that starts at one that
 //! depends on the node name; a refused connection, a member without a
 //! leader (`require_leader`), or a request that fails in transport moves
-//! to the next endpoint. Every operation here is safe to repeat: a
+//! to the next endpoint at once, and one that has not answered within its
+//! share of the deadline is joined by the next (`Etcd::call`). Every
+//! operation here is safe to repeat: a
 //! transaction whose answer was lost is found out by its compare failing,
 //! and the caller then reads what is there.
 
@@ -27,6 +29,7 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KvClient,
     TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
@@ -35,13 +38,10 @@ use crate::keys::PoolKeys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    /// No endpoint answered within the deadline.
-    #[error("etcd unreachable within {timeout:?} (endpoints {endpoints}): {last}")]
-    Unreachable {
-        endpoints: String,
-        timeout: Duration,
-        last: String,
-    },
+    /// No endpoint answered within the deadline; `outcomes` says what
+    /// each one did.
+    #[error("etcd unreachable within {timeout:?} ({outcomes})")]
+    Unreachable { timeout: Duration, outcomes: String },
     /// etcd answered and refused: credentials, permissions, a request it
     /// finds invalid.
     #[error("etcd at {endpoint} refused the request: {message}")]
@@ -225,6 +225,49 @@ fn is_tls_failure(chain: &str) -> bool {
         .any(|word| text.contains(word))
 }
 
+/// The shortest share of the deadline an endpoint has to itself before
+/// the next one is asked too.
+const MIN_SHARE: Duration = Duration::from_millis(50);
+/// The pause before asking again once every endpoint has failed, and the
+/// shortest time between asks once every endpoint has been asked.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+/// One endpoint during a call.
+#[derive(Debug, Clone, Default)]
+struct Asked {
+    /// Requests sent and not answered yet.
+    in_flight: usize,
+    /// When it was last asked or last failed; `None` before the first ask.
+    last: Option<Instant>,
+    /// Its last failure.
+    failure: Option<String>,
+}
+
+impl Asked {
+    fn outcome(&self) -> String {
+        match (self.last, self.in_flight, &self.failure) {
+            (None, _, _) => "not asked in time".to_string(),
+            (Some(_), 0, Some(failure)) => failure.clone(),
+            (Some(_), _, Some(failure)) => format!("no answer in time (before: {failure})"),
+            (Some(_), _, None) => "no answer in time".to_string(),
+        }
+    }
+}
+
+/// The endpoint to ask next: the first not yet asked in this node's order
+/// from `first`, else the one asked or failed longest ago.
+fn next_to_ask(asked: &[Asked], first: usize) -> Option<usize> {
+    let n = asked.len();
+    let in_order = (0..n).map(|k| (first + k) % n);
+    if let Some(pos) = in_order.clone().find(|&pos| asked[pos].last.is_none()) {
+        return Some(pos);
+    }
+    in_order
+        .filter_map(|pos| asked[pos].last.map(|at| (at, pos)))
+        .min()
+        .map(|(_, pos)| pos)
+}
+
 fn spread(node: &str, n: usize) -> usize {
     let sum: usize = node.bytes().map(usize::from).sum();
     if n == 0 {
@@ -256,89 +299,142 @@ impl Etcd {
         })
     }
 
-    fn unreachable(&self, last: String) -> EtcdError {
-        EtcdError::Unreachable {
-            endpoints: self.config.endpoints.join(","),
-            timeout: self.config.timeout,
-            last,
-        }
-    }
-
-    fn endpoint(&self) -> &str {
-        let idx = self.order.get(self.at).copied().unwrap_or(0);
-        self.config.endpoints.get(idx).map_or("", String::as_str)
-    }
-
-    /// Runs `op` against the current endpoint, moving on to the next one
-    /// on a transient failure, until the deadline.
+    /// Runs `op` on one endpoint after another until one answers or the
+    /// deadline passes, without giving up on the ones still asked.
+    ///
+    /// An endpoint that has not answered within its share of the deadline
+    /// stays asked while the next one is asked too, and the first answer
+    /// wins: a partitioned member (no answer ever) then costs one share,
+    /// and a live member waiting out a leader election still answers when
+    /// the new leader is in, instead of being cut off at its share. Once
+    /// every endpoint has been asked, the one asked longest ago is asked
+    /// again every half share: a follower that forwarded a write to a
+    /// leader that died has lost it and answers only at etcd's own request
+    /// timeout, far past ours, while a fresh request after the election
+    /// goes through. Asking twice is safe for the reasons in the module
+    /// docs: a copy whose answer is not taken is a request whose answer
+    /// was lost.
     fn call<T, F, Fut>(&mut self, op: F) -> Result<T, EtcdError>
     where
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let mut last = String::from("no endpoint tried");
-        // Every endpoint at least once, even past the deadline's edge, and
-        // then round again while time is left.
-        let mut tries = 0usize;
-        loop {
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() && tries >= self.order.len() {
-                return Err(self.unreachable(last));
+        let n = self.order.len();
+        let count = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+        let start = Instant::now();
+        // Every endpoint is asked at least once, even past the deadline's
+        // edge (a call late in a plugin run may find little time left).
+        let deadline = self.deadline.max(start + MIN_SHARE * count);
+        let share = ((deadline - start) / count).max(MIN_SHARE);
+        let reask = (share / 2).max(ROUND_PAUSE);
+        let first = self.at;
+        let cached = self.client.take();
+        let (options, endpoints, order) = (&self.options, &self.config.endpoints, &self.order);
+        let url = |pos: usize| {
+            order
+                .get(pos)
+                .and_then(|&i| endpoints.get(i))
+                .map_or("", String::as_str)
+        };
+        let op = &op;
+        let attempt = |pos: usize, client: Option<KvClient>| async move {
+            let result = async {
+                let client = match client {
+                    Some(client) => client,
+                    None => Client::connect([url(pos)], Some(options.clone()))
+                        .await?
+                        .kv_client(),
+                };
+                let value = op(client.clone()).await?;
+                Ok::<_, etcd_client::Error>((value, client))
             }
-            // An endpoint that never answers (a partitioned host drops
-            // packets) may take only its share of what is left of this
-            // round, so the others are still tried in time.
-            let n = self.order.len().max(1);
-            let untried = u32::try_from(n - tries % n).unwrap_or(1);
-            let left = (left / untried).max(Duration::from_millis(50));
-            tries += 1;
-            let endpoint = self.endpoint().to_string();
-            let outcome = self.runtime.block_on(async {
-                let connect = async {
-                    match &self.client {
-                        Some(client) => Ok(client.clone()),
-                        None => Client::connect([endpoint.as_str()], Some(self.options.clone()))
-                            .await
-                            .map(|c| c.kv_client()),
+            .await;
+            (pos, result)
+        };
+
+        let settled = self.runtime.block_on(async {
+            let mut asked = vec![Asked::default(); n];
+            let mut in_flight = FuturesUnordered::new();
+            let mut cached = cached;
+            let mut next_ask = Instant::now();
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(asked);
+                }
+                if now >= next_ask {
+                    let first_round = asked.iter().any(|a| a.last.is_none());
+                    if let Some(pos) = next_to_ask(&asked, first) {
+                        asked[pos].in_flight += 1;
+                        asked[pos].last = Some(now);
+                        let client = if pos == first { cached.take() } else { None };
+                        in_flight.push(attempt(pos, client));
                     }
+                    next_ask = now + if first_round { share } else { reask };
+                }
+                let wake = tokio::time::Instant::from_std(next_ask.min(deadline));
+                let answer = if in_flight.is_empty() {
+                    tokio::time::sleep_until(wake).await;
+                    None
+                } else {
+                    tokio::time::timeout_at(wake, in_flight.next())
+                        .await
+                        .ok()
+                        .flatten()
                 };
-                let attempt = async {
-                    let client = connect.await?;
-                    let result = op(client.clone()).await;
-                    result.map(|value| (value, client))
+                let Some((pos, result)) = answer else {
+                    continue;
                 };
-                tokio::time::timeout(left, attempt).await
-            });
-            match outcome {
-                Ok(Ok((value, client))) => {
-                    self.client = Some(client);
-                    return Ok(value);
-                }
-                Ok(Err(error)) if is_tls_failure(&chain(&error)) => {
-                    return Err(EtcdError::Tls {
+                let error = match result {
+                    Ok((value, client)) => return Ok(Ok((pos, value, client))),
+                    Err(error) => error,
+                };
+                let endpoint = url(pos).to_string();
+                let text = chain(&error);
+                if is_tls_failure(&text) {
+                    return Ok(Err(EtcdError::Tls {
                         endpoint,
-                        message: chain(&error),
-                    });
+                        message: text,
+                    }));
                 }
-                Ok(Err(error)) if !is_transient(&error) => {
-                    return Err(EtcdError::Refused {
+                if !is_transient(&error) {
+                    return Ok(Err(EtcdError::Refused {
                         endpoint,
-                        message: chain(&error),
-                    });
+                        message: text,
+                    }));
                 }
-                Ok(Err(error)) => last = format!("{endpoint}: {}", chain(&error)),
-                Err(_) => last = format!("{endpoint}: no answer in time"),
+                log::debug!("etcd at {endpoint} failed, asking another endpoint: {text}");
+                let now = Instant::now();
+                asked[pos].in_flight = asked[pos].in_flight.saturating_sub(1);
+                asked[pos].last = Some(now);
+                asked[pos].failure = Some(text);
+                if asked.iter().any(|a| a.last.is_none()) {
+                    next_ask = now;
+                } else if in_flight.is_empty() {
+                    // Every endpoint failed: a short pause, so a cluster in
+                    // an election is not hammered.
+                    next_ask = now + ROUND_PAUSE;
+                }
             }
-            log::debug!("etcd request failed, trying the next endpoint: {last}");
-            self.client = None;
-            self.at = (self.at + 1) % self.order.len().max(1);
-            if self.deadline <= Instant::now() && tries >= self.order.len() {
-                return Err(self.unreachable(last));
+        });
+        match settled {
+            Ok(Ok((pos, value, client))) => {
+                self.at = pos;
+                self.client = Some(client);
+                Ok(value)
             }
-            // A short pause once every endpoint has failed, so a cluster in
-            // an election is not hammered.
-            if tries % self.order.len().max(1) == 0 {
-                std::thread::sleep(Duration::from_millis(100).min(left));
+            Ok(Err(refusal)) => Err(refusal),
+            Err(asked) => {
+                let outcomes = asked
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, state)| format!("{}: {}", url(pos), state.outcome()))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                Err(EtcdError::Unreachable {
+                    timeout: self.config.timeout,
+                    outcomes,
+                })
             }
         }
     }
@@ -643,4 +739,57 @@ pub fn block_value(node: &str) -> String {
 /// which release compares.
 pub fn ip_value(owner: &IpValue) -> String {
     serde_json::to_string(owner).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked_at(at: Instant) -> Asked {
+        Asked {
+            in_flight: 1,
+            last: Some(at),
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn endpoints_not_asked_come_first_in_the_nodes_order_then_the_longest_waiting() {
+        let t0 = Instant::now();
+        let mut asked = vec![Asked::default(); 3];
+        assert_eq!(next_to_ask(&asked, 2), Some(2));
+        asked[2] = asked_at(t0);
+        assert_eq!(next_to_ask(&asked, 2), Some(0));
+        asked[0] = asked_at(t0 + Duration::from_millis(10));
+        assert_eq!(next_to_ask(&asked, 2), Some(1));
+        asked[1] = Asked {
+            in_flight: 0,
+            last: Some(t0 + Duration::from_millis(20)),
+            failure: Some("refused".into()),
+        };
+        // Everyone asked: the one asked longest ago, even if still in flight.
+        assert_eq!(next_to_ask(&asked, 2), Some(2));
+        assert_eq!(next_to_ask(&[], 0), None);
+    }
+
+    #[test]
+    fn each_endpoints_outcome_says_what_it_did() {
+        let t0 = Instant::now();
+        assert_eq!(Asked::default().outcome(), "not asked in time");
+        assert_eq!(asked_at(t0).outcome(), "no answer in time");
+        let failed = Asked {
+            in_flight: 0,
+            last: Some(t0),
+            failure: Some("connection refused".into()),
+        };
+        assert_eq!(failed.outcome(), "connection refused");
+        let again = Asked {
+            in_flight: 1,
+            ..failed
+        };
+        assert_eq!(
+            again.outcome(),
+            "no answer in time (before: connection refused)"
+        );
+    }
 }

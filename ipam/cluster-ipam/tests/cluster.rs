@@ -413,3 +413,50 @@ fn an_endpoint_that_never_answers_does_not_use_up_the_deadline() {
     }
     drop(silent);
 }
+
+#[test]
+fn a_leader_that_stops_answering_costs_no_add_of_nodes_claiming_meanwhile() {
+    let (mut etcd, _ns) = start_etcd(3, Default::default());
+    let endpoints = etcd.endpoints();
+    let leader = etcd
+        .leader()
+        .expect("etcdctl endpoint status")
+        .expect("a 3-member cluster that serves writes has a leader");
+    let root = tempfile::tempdir().unwrap();
+    // Nine nodes without a block (their names start them at each endpoint
+    // in turn), so every ADD writes to etcd while the other two members
+    // elect a new leader. The frozen leader accepts connections and never
+    // answers; a follower asked before the election forwards the write to
+    // it and never answers either. Only a request sent after the election
+    // goes through, late in the 3 s deadline.
+    let nodes: Vec<Node> = (0..9)
+        .map(|i| Node::new(root.path(), &format!("late-node-{i}")))
+        .collect();
+    etcd.freeze(leader).expect("freeze the leader");
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let calls: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                let conf = net_conf("election", node, &endpoints, pool_ranges());
+                scope.spawn(move || add(&conf, "p0"))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("ADD")).collect()
+    });
+    etcd.thaw(leader).expect("thaw the old leader");
+    for (node, outcome) in nodes.iter().zip(&outcomes) {
+        assert!(
+            outcome.ok(),
+            "{} failed across the election: {:?}",
+            node.name,
+            outcome
+        );
+        assert_eq!(node.blocks("election").len(), 1, "{}", node.name);
+    }
+    let ips: Vec<IpAddr> = outcomes.iter().flat_map(Outcome::ips).collect();
+    assert_eq!(ips.len(), 9);
+    assert_distinct(&ips);
+    etcd.wait_writable()
+        .expect("the cluster serves writes again");
+    assert_blocks_accounted(&etcd, "election", &nodes);
+}

@@ -230,6 +230,31 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// SIGSTOPs member `i`: it keeps its sockets, so connections to it are
+    /// accepted by the kernel and never answered, and the proposals others
+    /// forward to it are lost, as with a host behind a partition. Killing
+    /// or dropping the cluster still ends it.
+    pub fn freeze(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, libc::SIGSTOP, "freezing")
+    }
+
+    /// SIGCONTs a member that [`freeze`](EtcdCluster::freeze) stopped.
+    pub fn thaw(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, libc::SIGCONT, "thawing")
+    }
+
+    fn signal(&mut self, i: usize, signal: libc::c_int, what: &str) -> Result<(), HarnessError> {
+        let member = self.members.get(i).ok_or(HarnessError::NoSuchMember(i))?;
+        let child = member.child.as_ref().ok_or(HarnessError::NotRunning(i))?;
+        let pid = libc::pid_t::try_from(child.id()).unwrap_or(libc::pid_t::MAX);
+        // SAFETY: kill(2) on our own unreaped child; no memory is involved.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            let what = format!("{what} etcd member {i} (pid {pid})");
+            return Err(HarnessError::io(what, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
     /// Starts killed member `i` again with its data dir and ports. With a
     /// quorum running it waits until the member serves a write through its
     /// endpoint; without one (say the first of three after [`stop_all`]) it
@@ -281,6 +306,22 @@ impl EtcdCluster {
             }
         }
         self.wait_serving(&(0..self.members.len()).collect::<Vec<_>>())
+    }
+
+    /// The running member that is the leader now, if one of them says so
+    /// (`etcdctl endpoint status`: its fifth column is IS LEADER).
+    pub fn leader(&self) -> Result<Option<usize>, HarnessError> {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                continue;
+            }
+            let status = self.etcdctl_on(i, &["endpoint", "status", "-w", "simple"])?;
+            let is_leader = status.split(',').nth(4).map(str::trim) == Some("true");
+            if is_leader {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     /// Runs `etcdctl` (API v3) against the running members' endpoints, with

@@ -13,9 +13,8 @@ fn codes() {
         ),
         (
             EtcdError::Unreachable {
-                endpoints: "e".into(),
                 timeout: Duration::from_secs(1),
-                last: "l".into(),
+                outcomes: "e: no answer in time".into(),
             }
             .into(),
             11,
