@@ -1,0 +1,2 @@
+// Linked statically like the loopback plugin; the reasons are there.
+include!("../../plugins/loopback/build.rs");

@@ -1,0 +1,7 @@
+//! `ptp`: being built for issue 19; this placeholder only keeps the
+//! workspace compiling until the plugin lands.
+
+fn main() {
+    eprintln!("ptp: not built yet");
+    std::process::exit(1);
+}

@@ -1,0 +1,7 @@
+//! `vrf`: being built for issue 19; this placeholder only keeps the
+//! workspace compiling until the plugin lands.
+
+fn main() {
+    eprintln!("vrf: not built yet");
+    std::process::exit(1);
+}
