@@ -325,6 +325,27 @@ mod tests {
             code(PortmapError::Iptables(IptablesError::Check("x".into()))),
             999
         );
+        // Neither family usable: a lock on either is worth a retry;
+        // otherwise the IPv4 failure decides.
+        let locked = || {
+            Box::new(IptablesError::Lock(LockError::Timeout {
+                path: PathBuf::from("/run/xtables.lock"),
+                holder: "another iptables",
+                waited: Duration::from_secs(30),
+            }))
+        };
+        let refused = || Box::new(IptablesError::Check("refused".into()));
+        let invalid = || {
+            Box::new(IptablesError::InvalidCondition {
+                key: "conditionsV4",
+                reason: "x".into(),
+            })
+        };
+        let neither = |v4, v6| PortmapError::Iptables(IptablesError::NeitherUsable { v4, v6 });
+        assert_eq!(code(neither(refused(), locked())), 11);
+        assert_eq!(code(neither(locked(), refused())), 11);
+        assert_eq!(code(neither(refused(), refused())), 999);
+        assert_eq!(code(neither(invalid(), refused())), 7);
         assert_eq!(code(PortmapError::Unavailable("gone".into())), 50);
         assert_eq!(
             code(PortmapError::Nftables(NftError::MissingRules("hostports"))),

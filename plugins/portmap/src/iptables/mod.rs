@@ -82,15 +82,22 @@ impl From<IptablesUnusable> for IptablesError {
 impl IptablesError {
     /// The spec code: 11 when the portmap or the xtables lock stayed
     /// taken, 7 for a condition the configuration got wrong, 999 for what
-    /// the host refused.
+    /// the host refused. When neither family was usable, 11 if either
+    /// failed only on a lock (a retry may find both free; the other family
+    /// is often just absent), else the IPv4 failure's code.
     pub fn error_code(&self) -> ErrorCode {
         match self {
             IptablesError::Lock(e) => e.error_code(),
             IptablesError::Command(e) => e.error_code(),
             IptablesError::InvalidCondition { .. } => ErrorCode::InvalidNetworkConfig,
-            IptablesError::NeitherUsable { .. }
-            | IptablesError::Check(_)
-            | IptablesError::NfTables(_) => ErrorCode::Internal,
+            IptablesError::NeitherUsable { v4, v6 } => {
+                if v4.is_try_again() || v6.is_try_again() {
+                    ErrorCode::TryAgainLater
+                } else {
+                    v4.error_code()
+                }
+            }
+            IptablesError::Check(_) | IptablesError::NfTables(_) => ErrorCode::Internal,
         }
     }
 
