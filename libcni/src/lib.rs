@@ -26,6 +26,7 @@ pub mod hwaddr;
 pub mod iface;
 pub mod invoke;
 pub mod ip_family;
+pub mod ipmasq;
 pub mod iptables;
 pub mod link_name;
 pub mod lock;

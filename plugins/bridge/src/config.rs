@@ -25,7 +25,7 @@ use libcni::types::Dns;
 use libcni::version::{ResultFamily, SpecVersion};
 use serde_json::{Map, Value};
 
-pub use crate::ipmasq::MasqBackend;
+pub use libcni::ipmasq::MasqBackend;
 
 pub const DEFAULT_BRIDGE: &str = "cni0";
 /// 4095 is reserved by 802.1Q; 0 means "no VLAN" for `vlan`.

@@ -12,6 +12,7 @@
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
 use libcni::invoke::InvokeError;
+use libcni::ipmasq::IpMasqError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -19,7 +20,6 @@ use libcni::sysctl::SysctlError;
 use libcni::types::ResultError;
 
 use crate::config::ConfigError;
-use crate::ipmasq::IpMasqError;
 use crate::spoofchk::SpoofCheckError;
 use crate::vlan::VlanError;
 

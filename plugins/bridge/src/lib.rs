@@ -11,7 +11,6 @@ pub mod container;
 pub mod del;
 pub mod error;
 pub mod gateway;
-pub mod ipmasq;
 pub mod plugin;
 pub mod rollback;
 pub mod rules;

@@ -1,14 +1,14 @@
 //! Firewall rules of an attachment, as the plugin's verbs see them:
 //! masquerading of the container's addresses and the MAC spoof check of
-//! its host veth. The rules themselves are built by [`crate::ipmasq`] and
+//! its host veth. The rules themselves are built by [`libcni::ipmasq`] and
 //! [`crate::spoofchk`]; [`AttachmentRules`] is the seam the verbs call, so
 //! their logic does not depend on how the rules are written.
 
 use ipnetwork::IpNetwork;
+use libcni::ipmasq::{self, MasqBackend};
 use libcni::plugin_conf::GcAttachment;
 
 use crate::error::BridgeError;
-use crate::ipmasq::{self, MasqBackend};
 use crate::spoofchk;
 
 /// The masquerade rules of one attachment.

@@ -3,9 +3,9 @@
 
 mod ipmasq_common;
 
-use bridge::ipmasq::{self, MasqBackend};
 use conformance::testnet::TestNetns;
 use ipmasq_common::*;
+use libcni::ipmasq::{self, MasqBackend};
 use libcni::plugin_conf::GcAttachment;
 use serde_json::json;
 

@@ -8,9 +8,9 @@
 
 mod ipmasq_common;
 
-use bridge::ipmasq::{self, MasqBackend};
 use conformance::testnet::TestNetns;
 use ipmasq_common::*;
+use libcni::ipmasq::{self, MasqBackend};
 use libcni::plugin_conf::GcAttachment;
 
 const HEADER: &str = r#"add table inet cni_plugins_masquerade { comment "Masquerading for plugins from github.com/containernetworking/plugins" ; }

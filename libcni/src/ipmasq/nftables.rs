@@ -26,22 +26,22 @@
 //! chains when they exist as wanted (hook, type), `postrouting` when its
 //! rules are exactly the three above. Re-sending an existing chain or
 //! refilling `postrouting` would make the kernel wait for an RCU grace
-//! period when the socket closes (see [`libcni::nftables`]), which was
+//! period when the socket closes (see [`crate::nftables`]), which was
 //! most of an ADD's time. A `postrouting` that differs (first ADD, or
 //! changed by hand) is flushed and refilled in the same batch, so
 //! concurrent ADDs still leave one copy of each rule.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::IpNetwork;
-use libcni::nftables::userdata;
-use libcni::nftables::{
+use crate::nftables::userdata;
+use crate::nftables::{
     retry_if_vanished, AddressField, AddressMatch, BaseChain, Batch, CmpOp, Expr, Family, Hook,
     ListedRule, ListedRuleRef, MetaKey, NfTablesError, NfTablesSocket, Rule, Verdict,
     HOOK_POSTROUTING, NFPROTO_IPV4, NFPROTO_IPV6,
 };
-use libcni::plugin_conf::GcAttachment;
-use libcni::IpFamily;
+use crate::plugin_conf::GcAttachment;
+use crate::IpFamily;
+use ipnetwork::IpNetwork;
 
 use super::names::{nft_instance_hash, nft_network_hash, nft_rule_comment};
 

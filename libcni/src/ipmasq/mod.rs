@@ -12,13 +12,13 @@ mod iptables;
 pub mod names;
 mod nftables;
 
+use crate::error::{CniError, ErrorCode, ErrorList, ToCniError};
+use crate::firewall_probe::{probe_host_iptables, probe_nftables};
+use crate::iptables::CommandError;
+use crate::plugin_conf::GcAttachment;
 use ipnetwork::IpNetwork;
-use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::firewall_probe::{probe_host_iptables, probe_nftables};
-use libcni::iptables::CommandError;
-use libcni::plugin_conf::GcAttachment;
 
-pub use libcni::nftables::NfTablesError;
+pub use crate::nftables::NfTablesError;
 
 /// Where the rules go (`ipMasqBackend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

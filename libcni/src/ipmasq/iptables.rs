@@ -13,7 +13,7 @@
 //! address family: where `iptables` is iptables-nft, in-process over
 //! netlink as iptables-nft itself would write them ([`nft`]); elsewhere
 //! (iptables-legacy) with `iptables-save -t nat` and one
-//! `iptables-restore --noflush` ([`libcni::iptables`]), which is atomic and
+//! `iptables-restore --noflush` ([`crate::iptables`]), which is atomic and
 //! waits a bounded time for the xtables lock. Reading first makes ADD
 //! idempotent (no duplicate rules) and lets DEL delete exactly the rules
 //! that exist.
@@ -22,12 +22,12 @@ mod nft;
 
 use std::collections::BTreeSet;
 
+use crate::firewall_probe::IptablesFlavour;
+use crate::iptables::{join_args, CommandError, Programs, RestoreScript, SavedRule, SavedTable};
+use crate::nftables::iptables_nft::NAT_TABLE;
+use crate::plugin_conf::GcAttachment;
+use crate::IpFamily;
 use ipnetwork::IpNetwork;
-use libcni::firewall_probe::IptablesFlavour;
-use libcni::iptables::{join_args, CommandError, Programs, RestoreScript, SavedRule, SavedTable};
-use libcni::nftables::iptables_nft::NAT_TABLE;
-use libcni::plugin_conf::GcAttachment;
-use libcni::IpFamily;
 
 use super::names::{go_quote, iptables_chain, iptables_comment};
 use super::IpMasqError;
@@ -651,6 +651,17 @@ COMMIT
         s.parse().unwrap()
     }
 
+    /// A new, empty network namespace of the test's own, alive as long as
+    /// the returned handle is.
+    fn fresh_netns() -> crate::netns::NetNs {
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            crate::netns::NetNs::current_thread().unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
     fn parse(text: &str) -> NatTable {
         NatTable::from_saved(SavedTable::parse(text, "nat").unwrap())
     }
@@ -769,7 +780,7 @@ COMMIT
     /// Every rule of the table as the kernel keeps it: chain and raw
     /// expressions, in order (handles differ between namespaces).
     fn kernel_rules(family: IpFamily) -> Vec<(String, Vec<u8>)> {
-        let mut socket = libcni::nftables::NfTablesSocket::open().unwrap();
+        let mut socket = crate::nftables::NfTablesSocket::open().unwrap();
         let mut rules: Vec<(String, Vec<u8>)> = socket
             .list_rules(family.into(), "nat", None)
             .unwrap()
@@ -789,7 +800,7 @@ COMMIT
     #[test]
     fn netlink_writer_writes_what_iptables_nft_writes() {
         assert!(
-            libcni::nftables::iptables_nft::is_iptables_nft("iptables-save"),
+            crate::nftables::iptables_nft::is_iptables_nft("iptables-save"),
             "this test needs iptables-nft as iptables (Debian's default)"
         );
         for family in IpFamily::ALL {
@@ -800,11 +811,9 @@ COMMIT
             };
             let programs = tools.clone().with_writer(Writer::Programs);
             let netlink = tools.clone().with_writer(Writer::Netlink);
-            let ns_programs = conformance::testnet::TestNetns::new("iptprog");
-            let ns_netlink = conformance::testnet::TestNetns::new("iptnl");
-            let in_programs = libcni::netns::NetNs::open(ns_programs.path()).unwrap();
-            let in_netlink = libcni::netns::NetNs::open(ns_netlink.path()).unwrap();
-            let state = |netns: &libcni::netns::NetNs| {
+            let in_programs = fresh_netns();
+            let in_netlink = fresh_netns();
+            let state = |netns: &crate::netns::NetNs| {
                 netns
                     .run(|| (saved_text(&programs), kernel_rules(family)))
                     .unwrap()
@@ -851,7 +860,7 @@ COMMIT
     /// directory, in a test namespace.
     #[test]
     fn lock_timeout_is_reported_as_try_again_later() {
-        use libcni::error::ToCniError;
+        use crate::error::ToCniError;
         use nix::fcntl::{Flock, FlockArg};
 
         let dir = tempfile::tempdir().unwrap();
@@ -863,8 +872,7 @@ COMMIT
                 .with_env("XTABLES_LOCKFILE", &lock_path.display().to_string())
                 .with_lock_wait_seconds(1),
         );
-        let ns = conformance::testnet::TestNetns::new("iptlock");
-        let netns = libcni::netns::NetNs::open(ns.path()).unwrap();
+        let netns = fresh_netns();
         let ips = [ip("10.9.0.2/24")];
 
         let held = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).unwrap();
@@ -879,7 +887,7 @@ COMMIT
             ),
             "{err}"
         );
-        assert_eq!(err.to_cni_error().code, libcni::ErrorCode::TryAgainLater);
+        assert_eq!(err.to_cni_error().code, crate::ErrorCode::TryAgainLater);
 
         // Released, the same call goes through.
         drop(held);

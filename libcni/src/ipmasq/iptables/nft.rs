@@ -11,7 +11,7 @@
 //! exists, POSTROUTING) and commits one batch.
 //!
 //! The shapes are the ones iptables-nft 1.8 writes, checked against it by
-//! comparing the kernel's dump of both (tests/ipmasq_iptables.rs):
+//! comparing the kernel's dump of both (plugins/bridge/tests/ipmasq_iptables.rs):
 //!
 //! ```text
 //! -s/-d <net>   payload load <prefix/8>b @ network header + <offset>, cmp eq|neq
@@ -29,12 +29,12 @@
 
 use std::collections::BTreeSet;
 
-use libcni::nftables::iptables_nft::{self, AddressField, NAT_TABLE as TABLE};
-use libcni::nftables::{
+use crate::nftables::iptables_nft::{self, AddressField, NAT_TABLE as TABLE};
+use crate::nftables::{
     Batch, CmpOp, Expr, Family, ListedRule, NfTablesError, NfTablesSocket, PayloadBase, Rule,
     Verdict,
 };
-use libcni::IpFamily;
+use crate::IpFamily;
 
 use super::{Change, NatRule, NatTable, RuleSpec};
 use crate::ipmasq::IpMasqError;
@@ -237,7 +237,7 @@ pub(crate) fn batch(changes: &[Change], table: &NatTable, ip_family: IpFamily) -
 
 /// Commits `batch` in the calling thread's network namespace. The
 /// socket's drop parks it: its close is left to the detached child that
-/// ends the plugin call (see `libcni::detached`).
+/// ends the plugin call (see `crate::detached`).
 pub(crate) fn commit(batch: Batch) -> Result<(), IpMasqError> {
     NfTablesSocket::open()?.commit(batch)?;
     Ok(())
@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn foreign_rules_read_as_other() {
         assert!(decode(None, IpFamily::V4).other);
-        let foreign = vec![Expr::Meta(libcni::nftables::MetaKey::Mark), Expr::Counter];
+        let foreign = vec![Expr::Meta(crate::nftables::MetaKey::Mark), Expr::Counter];
         assert!(decode(Some(foreign), IpFamily::V4).other);
         // A masquerade with a port range is not ours.
         let ranged = vec![

@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn iptables_chain_matches_reference_vectors() {
-        // Measured from the Debian reference bridge (see tests/ipmasq_iptables.rs).
+        // Measured from the Debian reference bridge (see plugins/bridge/tests/ipmasq_iptables.rs).
         assert_eq!(
             iptables_chain("mynet", "ctr-one"),
             "CNI-682b5374add02da0403a30b6"
