@@ -13,6 +13,8 @@
 //! - [`netfilter`]: nfnetlink ([`NfnlSocket`]), used by
 //!   [`crate::nftables`] and [`conntrack`];
 //! - [`sublink`]: macvlan, ipvlan and vlan links made for a container;
+//! - [`standalone_link`]: dummy and VRF links, made in the container
+//!   under their own name;
 //! - [`sublink_plugin`]: the netns, IPAM, DEL, GC, STATUS and CHECK
 //!   steps those three plugins share;
 //! - [`retire`]: deleting a container's link without waiting for the
@@ -35,6 +37,7 @@ pub mod route;
 pub mod route_entry;
 pub mod rule;
 pub mod socket;
+pub mod standalone_link;
 pub mod sublink;
 pub mod sublink_plugin;
 #[cfg(test)]
