@@ -18,10 +18,12 @@
 
 use std::os::fd::AsFd;
 
+use nix::errno::Errno;
+
 use libcni::iface::{configure_iface, Announce};
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{
-    create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
+    create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkError, SubLinkKind,
 };
 use libcni::netlink::sublink_plugin;
 use libcni::netlink::{LinkInfo, RouteSocket};
@@ -30,7 +32,7 @@ use libcni::skel::CmdArgs;
 use libcni::types::v100;
 use libcni::version::SpecVersion;
 
-use crate::config::MacvlanConf;
+use crate::config::{mode_name, MacvlanConf};
 use crate::error::MacvlanError;
 
 /// The master, looked up through `socket` (the host's, or the
@@ -79,7 +81,8 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         },
         None => Creator::Inside,
     };
-    let link = create_in_container(creator, &mut container, &spec)?;
+    let link = create_in_container(creator, &mut container, &spec)
+        .map_err(|e| master_refused(e, &conf, &master))?;
 
     let mut attach = Attach {
         args,
@@ -91,6 +94,22 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         lease_taken: false,
     };
     attach.run().inspect_err(|_| attach.undo())
+}
+
+/// The kernel's EINVAL for a new macvlan says the master cannot take one
+/// in this mode (passthru rules, a non-Ethernet master): a configuration
+/// problem, worded so.
+fn master_refused(error: SubLinkError, conf: &MacvlanConf, master: &LinkInfo) -> MacvlanError {
+    match &error {
+        SubLinkError::Create { source, .. } if source.errno() == Some(Errno::EINVAL) => {
+            MacvlanError::MasterRefused {
+                master: master.name.clone(),
+                mode: mode_name(conf.mode),
+                source: Box::new(error),
+            }
+        }
+        _ => MacvlanError::SubLink(error),
+    }
 }
 
 /// ADD once the link exists: everything it does is undone on failure.

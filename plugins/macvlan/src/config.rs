@@ -224,6 +224,17 @@ pub fn parse_mode(text: &str) -> Result<MacVlanMode, ConfigError> {
     }
 }
 
+/// The configuration's word for `mode`, for messages.
+pub fn mode_name(mode: MacVlanMode) -> &'static str {
+    match mode {
+        MacVlanMode::Private => "private",
+        MacVlanMode::Vepa => "vepa",
+        MacVlanMode::Passthrough => "passthru",
+        MacVlanMode::Source => "source",
+        _ => "bridge",
+    }
+}
+
 /// The MAC of the first source that gives a non-empty one.
 fn pick_mac(sources: &[(MacSource, Option<String>)]) -> Result<Option<[u8; 6]>, ConfigError> {
     let Some((origin, value)) = sources.iter().find_map(|(origin, value)| {

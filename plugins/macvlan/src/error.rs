@@ -7,6 +7,8 @@
 //! - a container namespace that does not exist: 3; a path that is not a
 //!   namespace: 4;
 //! - a kernel without macvlan: 50 (the node cannot serve the plugin);
+//! - a master that cannot take this mode next to its other macvlans
+//!   (passthru): 7;
 //! - the IPAM plugin's own error: the IPAM plugin's code;
 //! - what CHECK finds different from the prevResult, and whatever else
 //!   the kernel refused: 999, with a message naming what and where.
@@ -37,6 +39,16 @@ pub enum MacvlanError {
     MasterNotFound { master: String, in_container: bool },
     #[error(transparent)]
     SubLink(#[from] SubLinkError),
+    /// EINVAL on creation: the master cannot take a macvlan in this mode
+    /// next to the ones it has (the macvlans of other pods are in their
+    /// namespaces, so the plugin cannot list them to say which).
+    #[error("the kernel refused a {mode} macvlan on master {master:?} ({source}): a passthru macvlan must be its master's only macvlan, a master with a passthru macvlan takes no other, and the master must be an Ethernet device; check the other macvlan networks on {master:?}")]
+    MasterRefused {
+        master: String,
+        mode: &'static str,
+        #[source]
+        source: Box<SubLinkError>,
+    },
     #[error(transparent)]
     Iface(#[from] IfaceError),
     #[error(transparent)]
@@ -70,7 +82,9 @@ impl ToCniError for MacvlanError {
             MacvlanError::Config(e) => e.to_cni_error(),
             MacvlanError::Conf(e) => e.to_cni_error(),
             MacvlanError::NetNs(e) => e.to_cni_error(),
-            MacvlanError::NoDefaultRoute { .. } | MacvlanError::MasterNotFound { .. } => {
+            MacvlanError::NoDefaultRoute { .. }
+            | MacvlanError::MasterNotFound { .. }
+            | MacvlanError::MasterRefused { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
             MacvlanError::SubLink(e) => e.to_cni_error(),

@@ -441,6 +441,45 @@ fn bad_input_changes_nothing() {
     assert!(fx.leases().is_empty());
 }
 
+/// A passthru macvlan must be its master's only one: the kernel's EINVAL
+/// either way comes back as a configuration error that says so, and the
+/// refused ADD leaves no link and no lease.
+#[test]
+fn passthru_conflicts_on_a_master_are_configuration_errors() {
+    let fx = Fixture::new("mv-pt", false);
+    let second = TestNetns::new("mv-pt-q");
+    let call_second = |command: &str, conf: &Value| {
+        PluginCall::new(command)
+            .attachment("ctr-2", &second.path(), IFNAME)
+            .stdin_json(conf)
+            .in_netns(&fx.host)
+            .run(PLUGIN.as_ref())
+    };
+    let bridge = fx.conf("1.0.0", json!({"mode": "bridge"}));
+    let passthru = fx.conf("1.0.0", json!({"mode": "passthru"}));
+    for (first, then, mode) in [
+        (&passthru, &bridge, "bridge"),
+        (&bridge, &passthru, "passthru"),
+    ] {
+        fx.run("ADD", first).assert_ok();
+        let leases = fx.leases().len();
+        let out = call_second("ADD", then);
+        assert_eq!(out.error_code(), 7, "{}", out.json());
+        let msg = out.json()["msg"].as_str().unwrap().to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "the kernel refused a {mode} macvlan on master \"master0\""
+            )) && msg.contains("passthru macvlan must be its master's only macvlan"),
+            "{msg}"
+        );
+        assert!(Fixture::extra_links(&second).is_empty());
+        assert_eq!(fx.leases().len(), leases, "the refused ADD took a lease");
+        fx.run("DEL", first).assert_ok();
+        call_second("DEL", then).assert_ok();
+        fx.assert_nothing_left();
+    }
+}
+
 /// A failure after the link exists removes it, and a failure after IPAM
 /// ADD releases the lease too.
 #[test]
