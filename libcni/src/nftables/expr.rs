@@ -54,6 +54,10 @@ const NFT_NAT_DNAT: u32 = 1;
 /// The kernel adds this flag itself when a rule has an address register.
 const NF_NAT_RANGE_MAP_IPS: u32 = 1 << 0;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
+const NFTA_CT_DREG: u16 = 1;
+const NFTA_CT_KEY: u16 = 2;
+/// `NFT_CT_STATE`: the connection's state bits (`NF_CT_STATE_*_BIT`).
+const NFT_CT_STATE: u32 = 0;
 const NFTA_COUNTER_BYTES: u16 = 1;
 const NFTA_COUNTER_PACKETS: u16 = 2;
 /// `NFTA_MATCH_NAME`/`_REV`/`_INFO`, and the same numbers for `NFTA_TARGET_*`.
@@ -66,6 +70,12 @@ const NFT_REG_2: u32 = 2;
 /// `Verdict` has no name for.
 const NF_DROP: u32 = 0;
 const NF_ACCEPT: u32 = 1;
+
+/// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED)`: a bit of what [`Expr::CtState`]
+/// loads.
+pub const CT_STATE_ESTABLISHED: u32 = 1 << 1;
+/// `NF_CT_STATE_BIT(IP_CT_RELATED)`.
+pub const CT_STATE_RELATED: u32 = 1 << 2;
 
 /// Where a payload load reads from (`enum nft_payload_bases`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +165,11 @@ pub enum Expr {
     Dnat { family: Family },
     /// `masq`
     Masquerade,
+    /// `ct load state => reg 1`: the conntrack state bits of the packet's
+    /// connection (see [`CT_STATE_ESTABLISHED`], [`CT_STATE_RELATED`]), in
+    /// host byte order, to be masked and compared (`ct state
+    /// established,related`).
+    CtState,
     /// `counter`: how many packets and bytes the rule matched. Written
     /// from zero; any counts read back as the same expression.
     Counter,
@@ -183,6 +198,7 @@ impl Expr {
             Expr::Cmp { .. } => "cmp",
             Expr::Immediate { .. } | Expr::Verdict(_) => "immediate",
             Expr::FibDaddrType => "fib",
+            Expr::CtState => "ct",
             Expr::Dnat { .. } => "nat",
             Expr::Masquerade => "masq",
             Expr::Counter => "counter",
@@ -329,6 +345,7 @@ impl Expr {
                 ],
             ),
             Expr::Masquerade => other("masq", &[]),
+            Expr::CtState => other("ct", &[(NFTA_CT_DREG, NFT_REG_1), (NFTA_CT_KEY, NFT_CT_STATE)]),
             Expr::Counter => Expressions::Other {
                 expression_type: "counter".to_string(),
                 attributes: vec![
@@ -660,6 +677,12 @@ fn decode_other(name: &str, values: &[(u16, u32)]) -> Option<Expr> {
     let only = |known: &[u16]| values.iter().all(|(k, _)| known.contains(k));
     match name {
         "masq" if values.is_empty() => Some(Expr::Masquerade),
+        "ct" if only(&[NFTA_CT_DREG, NFTA_CT_KEY])
+            && get(NFTA_CT_DREG) == Some(NFT_REG_1)
+            && get(NFTA_CT_KEY) == Some(NFT_CT_STATE) =>
+        {
+            Some(Expr::CtState)
+        }
         "fib"
             if only(&[NFTA_FIB_DREG, NFTA_FIB_RESULT, NFTA_FIB_FLAGS])
                 && get(NFTA_FIB_DREG) == Some(NFT_REG_1)
