@@ -33,13 +33,24 @@ pub enum NetNsError {
     NotNetNs { path: PathBuf },
     #[error("failed to open netns {path:?}: {source}")]
     Open { path: PathBuf, source: io::Error },
-    #[error("failed to switch to netns {path:?}: {source}")]
+    #[error("failed to switch to netns {path:?}: {source}{}", setns_hint(*.source))]
     Switch { path: PathBuf, source: nix::Error },
     #[error("netns worker thread for {path:?} failed: {msg}")]
     Thread { path: PathBuf, msg: String },
     /// The calling thread is still inside the namespace at `path`.
     #[error("failed to switch back from netns {path:?}: {source}")]
     SwitchBack { path: PathBuf, source: nix::Error },
+}
+
+/// What to do about a refused `setns`: EPERM there means the process
+/// lacks CAP_SYS_ADMIN, which a person running a plugin by hand without
+/// root would otherwise have to look up.
+fn setns_hint(errno: nix::Error) -> &'static str {
+    if errno == nix::Error::EPERM {
+        " (entering a network namespace needs CAP_SYS_ADMIN: run the plugin as root, as container runtimes do)"
+    } else {
+        ""
+    }
 }
 
 impl NetNsError {
@@ -272,6 +283,28 @@ mod tests {
     fn own_netns_is_detected() {
         assert!(is_current_thread_netns(THREAD_NETNS_PATH));
         assert!(is_current_thread_netns("/proc/self/ns/net"));
+    }
+
+    #[test]
+    fn refused_switch_names_the_missing_capability() {
+        let refused = NetNsError::Switch {
+            path: PathBuf::from("/run/netns/pod"),
+            source: nix::Error::EPERM,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "failed to switch to netns \"/run/netns/pod\": EPERM: Operation not permitted \
+             (entering a network namespace needs CAP_SYS_ADMIN: run the plugin as root, as \
+             container runtimes do)"
+        );
+        let other = NetNsError::Switch {
+            path: PathBuf::from("/run/netns/pod"),
+            source: nix::Error::EINVAL,
+        };
+        assert_eq!(
+            other.to_string(),
+            "failed to switch to netns \"/run/netns/pod\": EINVAL: Invalid argument"
+        );
     }
 
     #[test]

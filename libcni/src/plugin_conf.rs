@@ -147,7 +147,7 @@ impl PluginConf {
         let ConfHead {
             name, raw, bytes, ..
         } = head;
-        let shared = SharedKeys::deserialize(&raw).map_err(ConfError::Invalid)?;
+        let shared: SharedKeys = decode_with_path(&raw).map_err(ConfError::Invalid)?;
         let ipam = shared.ipam.map(|section| IpamConf {
             ipam_type: section
                 .get("type")
@@ -189,7 +189,7 @@ impl PluginConf {
     /// Decodes the plugin's own view of the configuration from the same
     /// JSON; a mismatch is an invalid configuration (code 7).
     pub fn parse_as<T: DeserializeOwned>(&self) -> Result<T, ConfError> {
-        T::deserialize(&self.raw).map_err(ConfError::Invalid)
+        decode_with_path(&self.raw).map_err(ConfError::Invalid)
     }
 
     /// The previous result, decoded in the version it states, or in the
@@ -214,6 +214,22 @@ impl PluginConf {
             .map(Some)
             .map_err(ConfError::PrevResult)
     }
+}
+
+/// Decodes a `T` from a JSON value; a type error names the key path where
+/// it happened (`ipMasq: invalid type: string "yes", expected a boolean`,
+/// `ipam.ranges[0][0].subnet: ...`), as the Go plugins' errors name the
+/// field, so a person knows which line of the file to fix.
+pub fn decode_with_path<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            inner
+        } else {
+            serde::de::Error::custom(format!("{path}: {inner}"))
+        }
+    })
 }
 
 /// The part of a configuration checked before the version is negotiated:
@@ -324,6 +340,53 @@ mod tests {
         let c = conf(json!({"name":"n","bridge":7})).unwrap();
         let e = c.parse_as::<BridgeConf>().unwrap_err();
         assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+    }
+
+    #[test]
+    fn type_errors_name_the_key_path() {
+        let message = |v: Value| conf(v).unwrap_err().to_string();
+        assert_eq!(
+            message(json!({"name":"n","type":"bridge","ipMasq":"yes"})),
+            "invalid network config: ipMasq: invalid type: string \"yes\", expected a boolean"
+        );
+        assert_eq!(
+            message(json!({"name":"n","type":"bridge","dns":{"nameservers":"10.0.0.1"}})),
+            "invalid network config: dns.nameservers: invalid type: string \"10.0.0.1\", expected a sequence"
+        );
+        assert_eq!(
+            message(json!({"name":"n","capabilities":{"portMappings":1}})),
+            "invalid network config: capabilities.portMappings: invalid type: integer `1`, expected a boolean"
+        );
+
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Range {
+            subnet: String,
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Ipam {
+            ranges: Vec<Vec<Range>>,
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Own {
+            ipam: Ipam,
+        }
+        let c = conf(json!({"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":5}]]}}))
+            .unwrap();
+        let e = c.parse_as::<Own>().unwrap_err();
+        assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        assert_eq!(
+            e.to_string(),
+            "invalid network config: ipam.ranges[1][0].subnet: invalid type: integer `5`, expected a string"
+        );
+        // An error of the whole object has no path to name.
+        let c = conf(json!({"name":"n"})).unwrap();
+        assert_eq!(
+            c.parse_as::<Own>().unwrap_err().to_string(),
+            "invalid network config: missing field `ipam`"
+        );
     }
 
     #[test]

@@ -211,9 +211,37 @@ pub trait Plugin {
     }
 }
 
-/// `CNI <name> plugin v<version>`, the Go plugins' about text.
+/// `CNI <name> plugin v<version>`, as the Go plugins begin their about
+/// text, followed by which implementation and build this is, so that on a
+/// node where ours and the reference's are both installed a person can
+/// tell which binary answered: `(cni-rs, Rust; release build for
+/// x86_64-linux-musl, commit 1a2b3c4)`. The commit is the value of
+/// `CNI_RS_COMMIT` when the plugin was built, left out when unset.
 pub fn about_string(name: &str, version: &str) -> String {
-    format!("CNI {name} plugin v{version}")
+    format!("CNI {name} plugin v{version} ({})", build_description())
+}
+
+/// This build of the suite: implementation, profile, target and, when the
+/// build named it in `CNI_RS_COMMIT`, the commit.
+pub fn build_description() -> String {
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let libc = if cfg!(target_env = "musl") {
+        "musl"
+    } else {
+        "gnu"
+    };
+    let commit = option_env!("CNI_RS_COMMIT")
+        .filter(|c| !c.is_empty())
+        .map(|c| format!(", commit {c}"))
+        .unwrap_or_default();
+    format!(
+        "cni-rs, Rust; {profile} build for {}-linux-{libc}{commit}",
+        std::env::consts::ARCH
+    )
 }
 
 /// Runs the plugin for this process: real environment and standard streams,

@@ -98,7 +98,7 @@ pub trait NetlinkFamily {
 pub enum NetlinkError {
     #[error("netlink socket: {op}: {source}")]
     Socket { op: &'static str, source: io::Error },
-    #[error("{errno}{}", .message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    #[error("{errno}{}{}", .message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default(), capability_hint(*.errno))]
     Kernel {
         errno: Errno,
         /// The kernel's extended-ACK text, when it gave one.
@@ -119,6 +119,17 @@ pub enum NetlinkError {
         context: String,
         source: Box<NetlinkError>,
     },
+}
+
+/// What to do about a refused request: the kernel answers EPERM to
+/// changes (links, addresses, routes, rules, nf_tables) from a process
+/// without CAP_NET_ADMIN in the namespace.
+fn capability_hint(errno: Errno) -> &'static str {
+    if errno == Errno::EPERM {
+        " (changing the network needs CAP_NET_ADMIN: run the plugin as root, as container runtimes do)"
+    } else {
+        ""
+    }
 }
 
 impl NetlinkError {
@@ -674,6 +685,16 @@ mod tests {
             message: None,
         };
         assert!(e.is_not_found());
+        let refused = NetlinkError::Kernel {
+            errno: Errno::EPERM,
+            message: None,
+        }
+        .context("set lo up");
+        assert_eq!(
+            refused.to_string(),
+            "set lo up: EPERM: Operation not permitted (changing the network needs \
+             CAP_NET_ADMIN: run the plugin as root, as container runtimes do)"
+        );
         assert_eq!(e.to_cni_error().code, ErrorCode::Internal);
     }
 

@@ -419,7 +419,8 @@ fn no_command_prints_about_on_stderr() {
         assert_eq!(
             r.stderr,
             format!(
-                "CNI fake plugin v1.2.3\nCNI protocol versions supported: {FULL_VERSION_LIST}\n"
+                "CNI fake plugin v1.2.3 ({})\nCNI protocol versions supported: {FULL_VERSION_LIST}\n",
+                build_description()
             )
         );
     }

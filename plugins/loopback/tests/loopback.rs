@@ -383,8 +383,9 @@ fn version_and_about() {
     assert_eq!(
         out.stderr,
         format!(
-            "CNI loopback plugin v{}\nCNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
-            env!("CARGO_PKG_VERSION")
+            "CNI loopback plugin v{} ({})\nCNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
+            env!("CARGO_PKG_VERSION"),
+            libcni::skel::build_description()
         )
     );
 }

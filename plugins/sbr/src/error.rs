@@ -209,7 +209,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             several.to_string(),
-            "Failed to delete rule EPERM: Operation not permitted; \
+            "Failed to delete rule EPERM: Operation not permitted (changing the network \
+             needs CAP_NET_ADMIN: run the plugin as root, as container runtimes do); \
              Failed to delete rule EBUSY: Device or resource busy"
         );
     }
