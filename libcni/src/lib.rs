@@ -35,6 +35,7 @@ pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod plugin_conf;
+pub mod rollback;
 pub mod runtime;
 pub mod skel;
 pub mod source_routing;
@@ -42,6 +43,7 @@ pub mod state_file;
 pub mod sysctl;
 pub mod types;
 pub mod version;
+pub mod veth;
 
 pub use error::{CniError, ErrorCode};
 pub use ip_family::IpFamily;

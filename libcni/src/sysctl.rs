@@ -133,6 +133,17 @@ pub fn set(path: &str, value: &str) -> Result<bool, SysctlError> {
     set_in(SysctlRoot::shared(), path, value)
 }
 
+/// Routing between interfaces on for `family` in the calling thread's
+/// namespace (`net/ipv4/ip_forward`, `net/ipv6/conf/all/forwarding`),
+/// written only when off: what plugins that route for their containers
+/// (bridge with a gateway, ptp) need on the host.
+pub fn enable_forwarding(family: crate::IpFamily) -> Result<bool, SysctlError> {
+    match family {
+        crate::IpFamily::V4 => set("net/ipv4/ip_forward", "1"),
+        crate::IpFamily::V6 => set("net/ipv6/conf/all/forwarding", "1"),
+    }
+}
+
 fn get_in(root: &SysctlRoot, path: &str) -> Result<String, SysctlError> {
     check_path(path)?;
     let read_err = |source| SysctlError::Read {

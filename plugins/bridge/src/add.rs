@@ -39,6 +39,7 @@ use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::sysctl;
 use libcni::types::v100;
+use libcni::veth::{self, Veth, VethSpec};
 
 use crate::background::Background;
 use crate::bridge_link::{self, Bridge, BridgeSpec};
@@ -49,7 +50,6 @@ use crate::error::BridgeError;
 use crate::gateway;
 use crate::rollback::{Rollback, Undo};
 use crate::rules::{AttachmentRules, Masquerade, SpoofCheck};
-use crate::veth::{self, Veth, VethSpec};
 use crate::vlan::{apply_port_vlans, NetlinkVlans, PortVlans};
 
 /// How long the host veth may take to come up: what the reference's waits
@@ -377,7 +377,7 @@ impl<'a, E: Exec> Attach<'a, E> {
                 container_netns: self.netns,
                 mtu: self.conf.mtu,
                 container_mac: self.conf.mac.as_ref().map(|m| m.as_slice()),
-                bridge_index: self.bridge.link.index,
+                master: Some(self.bridge.link.index),
             },
         )?;
         self.rollback.push(Undo::DeleteVeth {
@@ -388,7 +388,7 @@ impl<'a, E: Exec> Attach<'a, E> {
     }
 
     /// Gives the host end (already a port of the bridge, see
-    /// [`VethSpec::bridge_index`]) the port options and VLANs of the
+    /// [`VethSpec::master`]) the port options and VLANs of the
     /// configuration, and sets it up.
     fn attach_host_end(&mut self, veth: &Veth) -> Result<(), BridgeError> {
         let name = &veth.host.name;

@@ -18,6 +18,7 @@ use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
 use libcni::sysctl::SysctlError;
 use libcni::types::ResultError;
+use libcni::veth::VethError;
 
 use crate::config::ConfigError;
 use crate::spoofchk::SpoofCheckError;
@@ -47,8 +48,8 @@ pub enum BridgeError {
     NotABridge(String),
     #[error("container interface {ifname:?} already exists in netns {netns:?}")]
     ContainerInterfaceExists { ifname: String, netns: String },
-    #[error("could not find a free host veth name after {0} attempts")]
-    VethNamesExhausted(usize),
+    #[error(transparent)]
+    Veth(#[from] VethError),
     #[error("failed to read random bytes for the host veth name: {0}")]
     Random(#[source] std::io::Error),
     #[error("{action} {plugin:?}: {source}")]
@@ -121,6 +122,7 @@ impl ToCniError for BridgeError {
             BridgeError::Netlink(e) => e.to_cni_error(),
             BridgeError::Sysctl(e) => e.to_cni_error(),
             BridgeError::Vlan(e) => e.to_cni_error(),
+            BridgeError::Veth(e) => e.to_cni_error(),
             BridgeError::Iface(e) => e.to_cni_error(),
             // The delegate's own error object, code and all, when it
             // printed one.
@@ -135,7 +137,6 @@ impl ToCniError for BridgeError {
             // the reference reports them.
             BridgeError::NotABridge(_)
             | BridgeError::ContainerInterfaceExists { .. }
-            | BridgeError::VethNamesExhausted(_)
             | BridgeError::Random(_)
             | BridgeError::IpamNoIps
             | BridgeError::AddressConflict(..)

@@ -172,10 +172,10 @@ pub fn ensure_address(
 /// gateways.
 pub fn enable_forwarding(gateways: &Gateways) -> Result<(), BridgeError> {
     if !gateways.v4.is_empty() {
-        sysctl::set("net/ipv4/ip_forward", "1")?;
+        sysctl::enable_forwarding(IpFamily::V4)?;
     }
     if !gateways.v6.is_empty() {
-        sysctl::set("net/ipv6/conf/all/forwarding", "1")?;
+        sysctl::enable_forwarding(IpFamily::V6)?;
     }
     Ok(())
 }

@@ -15,5 +15,4 @@ pub mod plugin;
 pub mod rollback;
 pub mod rules;
 pub mod spoofchk;
-pub mod veth;
 pub mod vlan;

@@ -1,7 +1,5 @@
-//! Undoing a failed ADD: every change ADD makes that is specific to the
-//! container is recorded as it happens, and undone in reverse order when a
-//! later step fails, so a failed ADD leaves nothing behind (its IP lease
-//! included).
+//! Undoing a failed ADD ([`libcni::rollback`]): the changes bridge's ADD
+//! records, each undone in reverse order when a later step fails.
 //!
 //! Shared state is not undone: the bridge, its gateway addresses and MAC,
 //! forwarding sysctls and the `<bridge>.<vlan>` interface serve every
@@ -25,36 +23,8 @@ pub enum Undo {
     },
 }
 
-#[derive(Debug, Default)]
-pub struct Rollback {
-    steps: Vec<Undo>,
-}
-
-impl Rollback {
-    pub fn push(&mut self, step: Undo) {
-        self.steps.push(step);
-    }
-
-    pub fn len(&self) -> usize {
-        self.steps.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
-
-    /// Runs every step, last first, going on after failures; returns the
-    /// failures (the caller reports the error that caused the rollback).
-    pub fn unwind<E>(self, mut undo: impl FnMut(Undo) -> Result<(), E>) -> Vec<(Undo, E)> {
-        let mut failures = Vec::new();
-        for step in self.steps.into_iter().rev() {
-            if let Err(e) = undo(step.clone()) {
-                failures.push((step, e));
-            }
-        }
-        failures
-    }
-}
+/// ADD's record of [`Undo`] steps.
+pub type Rollback = libcni::rollback::Rollback<Undo>;
 
 #[cfg(test)]
 mod tests {

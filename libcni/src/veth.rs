@@ -1,18 +1,18 @@
-//! The veth pair between the container and the bridge.
+//! The veth pair between a container and the host (bridge, ptp).
 //!
 //! Both ends are made by one netlink request on the host socket, the
 //! container end born directly in the container's namespace under its final
-//! name, the host end already a port of the bridge: there is never a
-//! half-made pair nor a rename, and one request fewer under RTNL. The host end gets a
-//! random `veth` + 8 hex digits name, redrawn when it is taken.
+//! name, the host end (optionally) already a port of its master: there is
+//! never a half-made pair nor a rename, and one request fewer under RTNL.
+//! The host end gets a random `veth` + 8 hex digits name
+//! ([`link_name::random_veth_name`]), redrawn when it is taken.
 
 use std::os::fd::AsFd;
 
-use libcni::link_name;
-use libcni::netlink::{LinkInfo, NetlinkError, RouteSocket, VethPair};
-use libcni::netns::NetNs;
-
-use crate::error::BridgeError;
+use crate::error::{CniError, ErrorCode, ToCniError};
+use crate::link_name;
+use crate::netlink::{LinkInfo, NetlinkError, RouteSocket, VethPair};
+use crate::netns::NetNs;
 
 /// How many random host names are tried, as in the reference.
 pub const NAME_ATTEMPTS: usize = 10;
@@ -29,21 +29,47 @@ pub struct Veth {
 pub struct VethSpec<'a> {
     pub container_ifname: &'a str,
     pub container_netns: &'a NetNs,
+    /// Both ends get it; `None` keeps the kernel's default.
     pub mtu: Option<u32>,
     pub container_mac: Option<&'a [u8]>,
-    /// The bridge the host end joins as it is created.
-    pub bridge_index: u32,
+    /// A bridge (or other master) the host end joins as it is created.
+    pub master: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VethError {
+    #[error("container interface {ifname:?} already exists in netns {netns:?}")]
+    ContainerInterfaceExists { ifname: String, netns: String },
+    #[error("could not find a free host veth name after {0} attempts")]
+    NamesExhausted(usize),
+    #[error("failed to read random bytes for the host veth name: {0}")]
+    Random(#[source] std::io::Error),
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+}
+
+impl ToCniError for VethError {
+    fn to_cni_error(&self) -> CniError {
+        match self {
+            VethError::Netlink(e) => e.to_cni_error(),
+            // The container or the host in a state ADD cannot work with:
+            // 999, as the reference reports them.
+            VethError::ContainerInterfaceExists { .. }
+            | VethError::NamesExhausted(_)
+            | VethError::Random(_) => CniError::new(ErrorCode::Internal, self.to_string()),
+        }
+    }
 }
 
 /// Creates the pair. `host` and `container` are sockets in the host and
-/// the container namespace.
+/// the container namespace. On error nothing of the pair is left.
 pub fn create(
     host: &mut RouteSocket,
     container: &mut RouteSocket,
     spec: &VethSpec<'_>,
-) -> Result<Veth, BridgeError> {
+) -> Result<Veth, VethError> {
     for _ in 0..NAME_ATTEMPTS {
-        let host_name = link_name::random_veth_name().map_err(BridgeError::Random)?;
+        let host_name = link_name::random_veth_name().map_err(VethError::Random)?;
         let pair = VethPair {
             name: &host_name,
             peer_name: spec.container_ifname,
@@ -51,7 +77,7 @@ pub fn create(
             mtu: spec.mtu,
             mac: None,
             peer_mac: spec.container_mac,
-            master: Some(spec.bridge_index),
+            master: spec.master,
         };
         match host.create_veth_pair(&pair) {
             Ok(()) => {
@@ -66,7 +92,7 @@ pub fn create(
                 // EEXIST does not say which end: a taken host name is worth
                 // another draw, a taken container name is final.
                 if container.link_by_name(spec.container_ifname)?.is_some() {
-                    return Err(BridgeError::ContainerInterfaceExists {
+                    return Err(VethError::ContainerInterfaceExists {
                         ifname: spec.container_ifname.to_string(),
                         netns: spec.container_netns.path().display().to_string(),
                     });
@@ -76,7 +102,7 @@ pub fn create(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(BridgeError::VethNamesExhausted(NAME_ATTEMPTS))
+    Err(VethError::NamesExhausted(NAME_ATTEMPTS))
 }
 
 fn lookup(
@@ -84,7 +110,7 @@ fn lookup(
     container: &mut RouteSocket,
     host_name: &str,
     container_ifname: &str,
-) -> Result<Veth, BridgeError> {
+) -> Result<Veth, VethError> {
     let missing = |name: &str| {
         NetlinkError::Unexpected(format!("veth end {name:?} not found right after creation"))
     };
