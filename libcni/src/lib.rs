@@ -30,6 +30,7 @@ pub mod ipmasq;
 pub mod iptables;
 pub mod link_name;
 pub mod lock;
+pub mod mac_source;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
