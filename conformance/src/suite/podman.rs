@@ -1,5 +1,13 @@
 //! Podman (Debian's 4.3, CNI network backend) running a container on a
-//! bridge network of the plugins under test, with a published port.
+//! network of the plugins under test in the shape Podman writes for its
+//! default network (bridge with host-local, portmap, firewall, tuning;
+//! cniVersion 0.4.0), with a published port. The plugin folder Podman is
+//! given holds only the plugins under test.
+//!
+//! The fake host's FORWARD policy is DROP, as on hosts where Docker or a
+//! distribution firewall set it: the container's own connections to a
+//! client namespace behind the host pass only through the firewall
+//! plugin's rules, so the check sees the plugin work, not an open policy.
 //!
 //! Podman runs inside a fake host namespace the check creates, in a mount
 //! namespace of its own: a long-lived holder process in the fake host with
@@ -28,7 +36,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::report::Report;
-use super::sandbox::{wait_with_timeout, Netns, SandboxError, WorkDir};
+use super::sandbox::{wait_with_timeout, Netns, SandboxError, TcpResponder, WorkDir};
 
 type Step<T> = Result<T, String>;
 
@@ -40,6 +48,12 @@ const CONTAINER: &str = "suite-web";
 const HOST_PORT: u16 = 18080;
 const CONTAINER_PORT: u16 = 8080;
 const TOKEN: &str = "hello from podman";
+/// A client namespace behind the fake host, reached from the container
+/// through the host's FORWARD chain.
+const CLIENT_HOST_IP: &str = "10.98.0.1/24";
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 2);
+const CLIENT_PORT: u16 = 19090;
+const CLIENT_TOKEN: &str = "hello from the client";
 const BUSYBOX: &str = "/bin/busybox";
 
 /// How long one Podman command may take.
@@ -78,6 +92,9 @@ pub fn missing_prerequisites() -> Vec<String> {
 /// The private world Podman runs in; everything goes away on drop.
 struct Rig {
     host: Netns,
+    /// Behind the host on 10.98.0.0/24; the container's traffic to it is
+    /// forwarded (and masqueraded) by the host.
+    client: Netns,
     work: WorkDir,
     holder: Child,
     netns_before: BTreeSet<String>,
@@ -96,6 +113,25 @@ impl Rig {
     fn new(plugins: &Path) -> Result<Rig, SandboxError> {
         let netns_before = netns_entries();
         let host = Netns::create("podman-h")?;
+        let client = Netns::create("podman-c")?;
+        host.ip(&[
+            "link",
+            "add",
+            "podman-c0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            client.name(),
+        ])?;
+        host.ip(&["address", "add", CLIENT_HOST_IP, "dev", "podman-c0"])?;
+        host.ip(&["link", "set", "podman-c0", "up"])?;
+        client.ip(&["address", "add", &format!("{CLIENT_IP}/24"), "dev", "eth0"])?;
+        client.ip(&["link", "set", "eth0", "up"])?;
+        client.ip(&["link", "set", "lo", "up"])?;
+        host.exec("iptables", &["-P", "FORWARD", "DROP"])?;
         let work = WorkDir::new("podman")?;
         write_files(&work, plugins)?;
         // The holder: a mount namespace of its own (slave, so nothing
@@ -147,6 +183,7 @@ impl Rig {
         }
         Ok(Rig {
             host,
+            client,
             work,
             holder,
             netns_before,
@@ -274,8 +311,10 @@ fn write_files(work: &WorkDir, plugins: &Path) -> Result<(), SandboxError> {
     std::fs::write(work.join("storage.conf"), storage)?;
     std::fs::write(work.join("registries.conf"), "")?;
     std::fs::create_dir_all(work.join("net.d"))?;
+    // Podman 4's default network, as `podman network create` writes it
+    // (only the bridge name, subnet and lease folder are the suite's).
     let network = json!({
-        "cniVersion": "1.0.0",
+        "cniVersion": "0.4.0",
         "name": NETWORK,
         "plugins": [
             {
@@ -289,6 +328,8 @@ fn write_files(work: &WorkDir, plugins: &Path) -> Result<(), SandboxError> {
                 },
             },
             {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "firewall", "backend": ""},
+            {"type": "tuning"},
         ],
     });
     std::fs::write(
@@ -301,7 +342,7 @@ fn write_files(work: &WorkDir, plugins: &Path) -> Result<(), SandboxError> {
         std::fs::create_dir_all(rootfs.join(dir))?;
     }
     std::fs::copy(BUSYBOX, rootfs.join("bin/busybox"))?;
-    for applet in ["sh", "httpd", "sleep", "cat", "ip"] {
+    for applet in ["sh", "httpd", "sleep", "cat", "ip", "nc"] {
         std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
     }
     std::fs::write(rootfs.join("www/index.html"), TOKEN)?;
@@ -440,6 +481,21 @@ pub fn run(opts: &PodmanOptions) -> Report {
     report.check(
         id("the published port answers from 127.0.0.1"),
         expect_page(&rig, IpAddr::V4(Ipv4Addr::LOCALHOST), HOST_PORT),
+    );
+    report.check(
+        id("the container reaches a client behind the host (FORWARD policy DROP: firewall's rules)"),
+        (|| {
+            let _server = TcpResponder::start(&rig.client, CLIENT_PORT, CLIENT_TOKEN)
+                .map_err(|e| e.to_string())?;
+            let port = CLIENT_PORT.to_string();
+            let client = CLIENT_IP.to_string();
+            let got = rig.podman(&["exec", CONTAINER, "nc", &client, &port])?;
+            if got.trim() == CLIENT_TOKEN {
+                Ok(format!("{client}:{port} answered"))
+            } else {
+                Err(format!("{client}:{port} answered {got:?}"))
+            }
+        })(),
     );
     let ip_text = ip.to_string();
     let had_rules = !rig.rules_mentioning(&ip_text).is_empty();
