@@ -40,6 +40,7 @@ pub mod socket;
 pub mod standalone_link;
 pub mod sublink;
 pub mod sublink_plugin;
+pub mod tc;
 #[cfg(test)]
 pub(crate) mod test_support;
 
