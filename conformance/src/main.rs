@@ -92,18 +92,20 @@ struct BenchArgs {
     /// sides' bridge `ipMasqBackend: nftables` and portmap `backend:
     /// nftables`; the reference 1.1.1 has no such backends and stays on
     /// iptables). secondary measures each secondary-network plugin alone
-    /// (macvlan, host-device, static, tuning, sbr); one we have not built
-    /// is skipped, with the reason.
+    /// (macvlan, host-device, static, tuning, sbr), rest the other main and
+    /// meta plugins (ptp, bandwidth, firewall) the same way; one we have
+    /// not built is skipped, with the reason.
     /// cluster-ipam (against our host-local, on a local etcd cluster) is
     /// skipped, with the reason, where /usr/bin/etcd or the plugin is
     /// missing.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "version,host-local,cluster-ipam,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables,secondary"
+        default_value = "version,host-local,cluster-ipam,chain,chain-portmap,chain-portmap-nftables,workers,portmap-scale,portmap-scale-nftables,secondary,rest"
     )]
     only: Vec<String>,
-    /// ADD+DEL rounds per side of each secondary-network plugin.
+    /// ADD+DEL rounds per side of each plugin of the secondary and rest
+    /// groups.
     #[arg(long, default_value_t = 20)]
     secondary_rounds: usize,
     /// Rounds of the VERSION measurement.
@@ -351,12 +353,18 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             rows.extend(r);
         }
     }
-    if wants("secondary") {
+    for (group, plugins) in [
+        ("secondary", &bench::secondary::PLUGINS[..]),
+        ("rest", &bench::secondary::REST[..]),
+    ] {
+        if !wants(group) {
+            continue;
+        }
         let mut figs = Vec::new();
-        for plugin in bench::secondary::PLUGINS {
+        for &plugin in plugins {
             if !a.ours.join(plugin).exists() {
                 skipped.push(format!(
-                    "secondary {plugin}: not built in {}",
+                    "{group} {plugin}: not built in {}",
                     a.ours.display()
                 ));
                 continue;
@@ -372,10 +380,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             figs.push(f);
             rows.extend(r);
         }
-        raw.insert(
-            "secondary".into(),
-            serde_json::to_value(figs).unwrap_or_default(),
-        );
+        raw.insert(group.into(), serde_json::to_value(figs).unwrap_or_default());
     }
     if let (Some(path), Some((name, figs))) = (&a.chart, &growth) {
         let title = format!(

@@ -1,6 +1,7 @@
-//! The plugins of secondary networks, one at a time: ADD+DEL of one
-//! attachment, ours against the reference plugin of the same name, and the
-//! peak RSS of the ADD.
+//! Plugins one at a time: ADD+DEL of one attachment, ours against the
+//! reference plugin of the same name, and the peak RSS of the ADD. Two
+//! groups use it: the plugins of secondary networks ([`PLUGINS`]) and the
+//! rest of the reference suite's main and meta plugins ([`REST`]).
 //!
 //! Each round gets a fresh pod (made outside the timing), so that what a
 //! plugin leaves on purpose after DEL (sbr moves the interface's routes into
@@ -21,6 +22,16 @@ use crate::testnet::TestNetns;
 /// The plugins this group measures, in report order. ipvlan and vlan are
 /// missing because this kernel has neither link type.
 pub const PLUGINS: [&str; 5] = ["macvlan", "host-device", "static", "tuning", "sbr"];
+
+/// The `rest` group: ptp on its own with host-local; bandwidth and
+/// firewall chained behind a veth pod as bridge or ptp would leave it
+/// (bandwidth shapes both directions, so it makes its ifb too; firewall
+/// uses its iptables backend in the fake host). dummy and vrf are missing
+/// because this kernel has neither link type.
+pub const REST: [&str; 3] = ["ptp", "bandwidth", "firewall"];
+
+/// The host end of a chained plugin's pod veth.
+const POD_HOST_VETH: &str = "bench-pv0";
 
 const MASTER: &str = "bench-m0";
 const DEVICE: &str = "bench-hd0";
@@ -88,6 +99,17 @@ impl Side {
     /// them leaves it.
     fn pod(&self, plugin: &str) -> TestNetns {
         let pod = TestNetns::new("bench-sec");
+        if matches!(plugin, "bandwidth" | "firewall") {
+            // The pod's eth0 with its peer in the fake host, as bridge or
+            // ptp leaves it (the previous round's peer went with its pod).
+            self.host.ip(&[
+                "link", "add", POD_HOST_VETH, "type", "veth", "peer", "name", "eth0", "netns",
+                &pod.path().display().to_string(),
+            ]);
+            self.host.ip(&["link", "set", POD_HOST_VETH, "up"]);
+            pod.ip(&["address", "add", POD_ADDRESS, "dev", "eth0"]);
+            pod.ip(&["link", "set", "eth0", "up"]);
+        }
         if matches!(plugin, "tuning" | "sbr") {
             pod.ip(&[
                 "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
@@ -107,6 +129,15 @@ impl Side {
             "cniVersion": "1.0.0",
             "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
             "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 0}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
+        });
+        let chained_prev = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": POD_HOST_VETH},
+                {"name": "eth0", "sandbox": pod.path()},
+            ],
+            "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 1}],
             "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
         });
         let name = format!("bench-{plugin}");
@@ -139,6 +170,24 @@ impl Side {
                 "dataDir": self.state.join("tuning"),
                 "prevResult": prev,
             }),
+            "ptp" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "ptp", "ipMasq": true, "mtu": 1400,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.98.0.0/24"}]],
+                    "dataDir": self.state.join("leases"),
+                },
+            }),
+            "bandwidth" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "bandwidth",
+                "ingressRate": 100_000_000u64, "ingressBurst": 1_000_000u64,
+                "egressRate": 100_000_000u64, "egressBurst": 1_000_000u64,
+                "prevResult": chained_prev,
+            }),
+            "firewall" => json!({
+                "cniVersion": "1.0.0", "name": name, "type": "firewall", "backend": "iptables",
+                "prevResult": chained_prev,
+            }),
             _ => json!({"cniVersion": "1.0.0", "name": name, "type": "sbr", "prevResult": prev}),
         }
     }
@@ -161,6 +210,8 @@ impl Side {
             ("CNI_NETNS", netns.as_str()),
             ("CNI_IFNAME", "eth0"),
             ("CNI_PATH", cni_path.as_str()),
+            // ptp's ipMasq and firewall run iptables, as under a runtime.
+            ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         ];
         let program = self.dir.join(plugin);
         Ok(self.host_ns.run(|| {
