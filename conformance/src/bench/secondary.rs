@@ -103,7 +103,15 @@ impl Side {
             // The pod's eth0 with its peer in the fake host, as bridge or
             // ptp leaves it (the previous round's peer went with its pod).
             self.host.ip(&[
-                "link", "add", POD_HOST_VETH, "type", "veth", "peer", "name", "eth0", "netns",
+                "link",
+                "add",
+                POD_HOST_VETH,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
                 &pod.path().display().to_string(),
             ]);
             self.host.ip(&["link", "set", POD_HOST_VETH, "up"]);
