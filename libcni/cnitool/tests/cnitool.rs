@@ -211,7 +211,7 @@ fn our_loopback_through_cnitool() {
     let out = setup.cnitool(
         None,
         &bin_dir(),
-        &["-i", "lo", "add", "cni-loopback", &pod_path],
+        &["add", "-i", "lo", "cni-loopback", &pod_path],
     );
     let result: Value = serde_json::from_str(&assert_success(&out, "add")).unwrap();
     assert_eq!(result["cniVersion"], "0.3.1");
@@ -221,22 +221,34 @@ fn our_loopback_through_cnitool() {
         &setup.cnitool(
             None,
             &bin_dir(),
-            &["-i", "lo", "del", "cni-loopback", &pod_path],
+            &["del", "-i", "lo", "cni-loopback", &pod_path],
         ),
         "del",
     );
 }
 
 #[test]
-fn version_lists_what_a_plugin_supports() {
+fn version_names_the_file_it_ran_and_what_it_is() {
     let setup = Setup::new();
     let out = setup.cnitool(None, &bin_dir(), &["version", "loopback"]);
+    let ours = bin_dir().join("loopback");
     assert_eq!(
-        assert_success(&out, "version").trim(),
-        "0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"
+        assert_success(&out, "version"),
+        format!(
+            "plugin: {}\nabout: CNI loopback plugin v{} ({})\nsupported spec versions: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
+            ours.display(),
+            env!("CARGO_PKG_VERSION"),
+            libcni::skel::build_description()
+        )
     );
+    // The reference's about text does not claim to be ours.
     let out = setup.cnitool(None, Path::new(REFERENCE_DIR), &["version", "bridge"]);
-    assert!(assert_success(&out, "version").contains("1.0.0"));
+    let text = assert_success(&out, "version");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "plugin: /usr/lib/cni/bridge", "{text}");
+    assert!(lines[1].starts_with("about: CNI bridge plugin "), "{text}");
+    assert!(!lines[1].contains("cni-rs"), "{text}");
+    assert!(lines[2].contains("1.0.0"), "{text}");
     let out = setup.cnitool(None, &bin_dir(), &["version", "no-such-plugin"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-plugin"));
@@ -295,7 +307,12 @@ fn validate_finds_broken_json_missing_plugins_and_bad_versions() {
         "{text}"
     );
     // The Debian reference plugins stop at 1.0.0.
-    assert!(text.contains("does not support cniVersion 1.1.0"), "{text}");
+    assert!(
+        text.contains(
+            "plugin \"bridge\" does not support version 1.1.0 (it supports 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0)\n  fix: set \"cniVersion\" to 1.0.0, the highest version every plugin here supports, or install plugins that support 1.1.0\n"
+        ),
+        "{text}"
+    );
     assert!(text.contains("ok: network \"good\""), "{text}");
 
     // A broken .conflist stops runtimes before they reach "good": say so.
@@ -319,10 +336,258 @@ fn unknown_network_is_a_clear_error() {
         &json!({"cniVersion": "0.3.1", "name": "cni-loopback", "type": "loopback"}),
     );
     let out = setup.cnitool(None, &bin_dir(), &["add", "nonet", "/run/netns/whatever"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "no net configuration with name \"nonet\" in {} (the networks there are cni-loopback)\n",
+            setup.netconf().display()
+        )
+    );
+}
+
+/// What `cnitool validate` printed and its exit status; it writes nothing
+/// to stderr.
+fn validate(setup: &Setup, plugin_dir: &Path, network: Option<&str>) -> (i32, String) {
+    let mut args = vec!["validate"];
+    args.extend(network);
+    let out = setup.cnitool(None, plugin_dir, &args);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "validate wrote to stderr"
+    );
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A plugin directory holding only `plugins`, linked from our build.
+fn plugin_dir_with(setup: &Setup, plugins: &[&str]) -> PathBuf {
+    let dir = setup.dir.path().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for plugin in plugins {
+        let built = bin_dir().join(plugin);
+        assert!(
+            built.is_file(),
+            "{} is missing: run `cargo build -p {plugin}`",
+            built.display()
+        );
+        std::os::unix::fs::symlink(&built, dir.join(plugin)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn validate_checks_the_ipam_plugin_too() {
+    let setup = Setup::new();
+    setup.write(
+        "10-pods.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "pods", "plugins": [{
+            "type": "bridge", "bridge": "cnitestbr9",
+            "ipam": {"type": "host-local", "subnet": "10.77.9.0/24"}
+        }]}),
+    );
+    let file = setup.netconf().join("10-pods.conflist");
+    let plugins = plugin_dir_with(&setup, &["bridge"]);
+    let (code, text) = validate(&setup, &plugins, None);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "PROBLEM: network \"pods\" ({}): IPAM plugin \"host-local\" (ipam.type of bridge) not found in CNI_PATH ({})\n  fix: install the host-local binary into one of those directories (e.g. /opt/cni/bin)\n1 problem, 0 warnings found\n",
+            file.display(),
+            plugins.display()
+        )
+    );
+    plugin_dir_with(&setup, &["host-local"]);
+    let (code, text) = validate(&setup, &plugins, Some("pods"));
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        text,
+        "ok: network \"pods\": version 1.0.0, plugins bridge, host-local\nno problems found\n"
+    );
+}
+
+#[test]
+fn validate_warns_when_cni_version_is_missing() {
+    let setup = Setup::new();
+    setup.write("99-lo.conf", &json!({"name": "lo", "type": "loopback"}));
+    let file = setup.netconf().join("99-lo.conf");
+    let (code, text) = validate(&setup, &bin_dir(), None);
+    assert_eq!(code, 0, "a warning alone does not fail: {text}");
+    assert_eq!(
+        text,
+        format!(
+            "warning: network \"lo\" ({0}): no \"cniVersion\", so its plugins run at 0.1.0, the spec's version for a config without one (0.1.0 results have no interfaces, no CHECK, GC or STATUS)\n  fix: add \"cniVersion\": \"1.0.0\" (or the highest version all its plugins support; `cnitool version PLUGIN` lists them)\nok: network \"lo\" ({0}): version 0.1.0, plugins loopback\n0 problems, 1 warning found\n",
+            file.display()
+        )
+    );
+}
+
+/// The first example's old versions: a runtime takes the highest listed
+/// version it speaks (1.1.0), which the reference plugins refuse.
+#[test]
+fn validate_explains_how_cni_versions_chose_the_version() {
+    let setup = Setup::new();
+    setup.write(
+        "10-k8s.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "cniVersions": ["0.4.0", "1.0.0", "1.1.0"],
+            "name": "k8s",
+            "plugins": [
+                {"type": "bridge", "ipam": {"type": "host-local", "subnet": "10.77.8.0/24"}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        }),
+    );
+    let note = "note: network \"k8s\": runs at 1.1.0: the highest of \"cniVersion\" (1.0.0) and \"cniVersions\" (0.4.0, 1.0.0, 1.1.0) that this runtime speaks (cnitool: up to 1.1.0); runtimes choose by what they speak, not by what the plugins support\n";
+    let (code, text) = validate(&setup, Path::new(REFERENCE_DIR), Some("k8s"));
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "{note}PROBLEM: network \"k8s\": version 1.1.0 is not supported by plugin \"bridge\" (up to 1.0.0), IPAM plugin \"host-local\" (ipam.type of bridge) (up to 1.0.0), plugin \"portmap\" (up to 1.0.0)\n  fix: remove 1.1.0 from \"cniVersions\" (a runtime takes the highest listed version it speaks, whatever the plugins support); every plugin here supports up to 1.0.0\n1 problem, 0 warnings found\n"
+        )
+    );
+    let (code, text) = validate(&setup, &bin_dir(), Some("k8s"));
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        text,
+        format!("{note}ok: network \"k8s\": version 1.1.0, plugins bridge, host-local, portmap\nno problems found\n")
+    );
+}
+
+#[test]
+fn validate_lists_the_networks_there_are_for_an_unknown_name() {
+    let setup = Setup::new();
+    setup.write(
+        "99-loopback.conf",
+        &json!({"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}),
+    );
+    let (code, text) = validate(&setup, &bin_dir(), Some("mynet"));
+    assert_eq!(code, 1);
+    assert_eq!(
+        text,
+        format!(
+            "PROBLEM: network \"mynet\": no net configuration with name \"mynet\" in {0}\n  fix: the networks there are cni-loopback; use one of those names, or put a file whose \"name\" is \"mynet\" in {0} (see conflist-examples/)\n1 problem, 0 warnings found\n",
+            setup.netconf().display()
+        )
+    );
+}
+
+/// A runtime stops at the first file it cannot parse: `add` of a good
+/// network behind it names that file and points to `validate`.
+#[test]
+fn add_behind_a_broken_file_names_it() {
+    let setup = Setup::new();
+    std::fs::write(
+        setup.netconf().join("05-broken.conflist"),
+        "{\n  \"name\": \"broken\"\n  \"plugins\": []\n}\n",
+    )
+    .unwrap();
+    setup.write(
+        "99-loopback.conf",
+        &json!({"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}),
+    );
+    let out = setup.cnitool(
+        None,
+        &bin_dir(),
+        &["add", "cni-loopback", "/run/netns/whatever"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "cannot load network \"cni-loopback\": {}: error parsing configuration list: expected `,` or `}}` at line 3 column 3 (runtimes stop at the first configuration file they cannot parse, so this one breaks every network after it; run `cnitool validate` to see every problem)\n",
+            setup.netconf().join("05-broken.conflist").display()
+        )
+    );
+}
+
+#[test]
+fn commands_that_run_plugins_need_cni_path() {
+    let setup = Setup::new();
+    setup.write(
+        "99-loopback.conf",
+        &json!({"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}),
+    );
+    for args in [
+        vec!["add", "cni-loopback", "/run/netns/whatever"],
+        vec!["status", "cni-loopback"],
+        vec!["version", "loopback"],
+    ] {
+        let out = Command::new(CNITOOL)
+            .args(&args)
+            .env_clear()
+            .env("NETCONFPATH", setup.netconf())
+            .env("CNI_CACHE_DIR", setup.cache())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "CNI_PATH is not set, so no plugin can be found: set it to the plugin directory, e.g. CNI_PATH=/opt/cni/bin\n",
+            "{args:?}"
+        );
+    }
+}
+
+fn help(args: &[&str], cache_dir: Option<&str>) -> String {
+    let mut cmd = Command::new(CNITOOL);
+    cmd.args(args).arg("--help").env_clear();
+    if let Some(dir) = cache_dir {
+        cmd.env("CNI_CACHE_DIR", dir);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{args:?} --help");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_describes_arguments_and_shows_options_only_where_they_apply() {
+    let top = help(&[], None);
+    for line in [
+        "  CNI_PATH       plugin directories, ':'-separated (required; e.g. /opt/cni/bin)",
+        "Exit status: 0 on success, 1 when the operation failed or `validate` found a",
+    ] {
+        assert!(top.contains(line), "{top}");
+    }
+    for verb in ["add", "check", "del"] {
+        for cache_dir in [None, Some("/tmp/elsewhere")] {
+            let text = help(&[verb], cache_dir);
+            assert!(
+                text.contains("  <NETWORK>  The network's name: the \"name\" of a configuration file in NETCONFPATH"),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "  <NETNS>    The pod's network namespace: a path such as /var/run/netns/pod1"
+                ),
+                "{text}"
+            );
+            assert!(text.contains("-i, --ifname <IFNAME>"), "{text}");
+            // The variable is named, never its value (empty or not).
+            assert!(
+                text.contains("[env: CNI_CACHE_DIR] [default: /var/lib/cni]"),
+                "{text}"
+            );
+            assert!(!text.contains("CNI_CACHE_DIR="), "{text}");
+        }
+    }
+    let gc = help(&["gc"], None);
+    assert!(gc.contains("--cache-dir"), "{gc}");
+    assert!(!gc.contains("--ifname"), "{gc}");
+    for verb in ["status", "version", "validate"] {
+        let text = help(&[verb], None);
+        assert!(!text.contains("--ifname"), "{verb}: {text}");
+        assert!(!text.contains("--cache-dir"), "{verb}: {text}");
+    }
+    let validate = help(&["validate"], None);
     assert!(
-        err.contains("no net configuration with name \"nonet\""),
-        "{err}"
+        validate.contains("The exit status is 0 when no problem was found (warnings alone do not fail) and 1 when one was."),
+        "{validate}"
     );
 }

@@ -48,6 +48,10 @@ impl TestNetns {
             .any(|f| f == "UP")
     }
 
+    fn ip_link_lo_down(&self) {
+        ip(&["-n", &self.name, "link", "set", "lo", "down"]);
+    }
+
     fn set_lo_up(&self) {
         ip(&["-n", &self.name, "link", "set", "lo", "up"]);
     }
@@ -426,4 +430,42 @@ fn logs_go_to_stderr_and_the_log_file_never_to_stdout() {
     let out = plugin("DEL", &path, &conf("1.0.0"));
     out.assert_ok_silent();
     assert_eq!(out.stderr, "", "quiet at the default level");
+}
+
+/// Without a capability the plugin needs, its error names that capability
+/// (the kernel only says EPERM). Root with the capability dropped from its
+/// bounding set, as `setpriv` runs it: entering the pod's namespace needs
+/// CAP_SYS_ADMIN, bringing `lo` up there needs CAP_NET_ADMIN.
+#[test]
+fn missing_capabilities_are_named() {
+    let ns = TestNetns::new("caps");
+    ns.ip_link_lo_down();
+    let netns = ns.path();
+    for (capability, message) in [
+        (
+            "sys_admin",
+            format!(
+                "failed to switch to netns {netns:?}: EPERM: Operation not permitted (entering a \
+                 network namespace needs CAP_SYS_ADMIN: run the plugin as root, as container \
+                 runtimes do)"
+            ),
+        ),
+        (
+            "net_admin",
+            "set link #1 up: EPERM: Operation not permitted (changing the network needs \
+             CAP_NET_ADMIN: run the plugin as root, as container runtimes do)"
+                .to_string(),
+        ),
+    ] {
+        let drop = format!("-{capability}");
+        let out = run(
+            "setpriv",
+            &["--bounding-set", &drop, "--inh-caps", &drop, PLUGIN],
+            &cni_env("ADD", &netns),
+            &conf("1.0.0"),
+        );
+        let error = out.assert_error(999);
+        assert_eq!(error["msg"], message.as_str(), "without {capability}");
+        assert!(!ns.lo_is_up(), "lo was brought up without {capability}");
+    }
 }
