@@ -151,20 +151,23 @@ fn is_valid_chain_name(name: &str) -> bool {
 
 /// The start of every tag of network `network`: what GC looks for.
 pub fn tag_prefix(network: &str) -> String {
-    format!("cni firewall: net {network:?} ")
+    format!("cni firewall net={network} ")
 }
 
 /// The comment that marks the rules of one attachment (network, container,
 /// interface): the names as they are when they fit the comment, else a
 /// hash of container and interface after the network's name, so that GC
-/// still tells the networks apart.
+/// still tells the networks apart. No quotes: `nft list ruleset` prints a
+/// comment between quotes without escaping any inside, and its output
+/// must read back with `nft -f`. Network names and container IDs cannot
+/// hold blanks, so the words cannot run into each other.
 pub fn attachment_tag(network: &str, container_id: &str, ifname: &str) -> String {
-    let plain = format!("{}id {container_id:?} if {ifname:?}", tag_prefix(network));
+    let plain = format!("{}id={container_id} if={ifname}", tag_prefix(network));
     if plain.len() <= MAX_COMMENT_LEN {
         return plain;
     }
     let digest = libcni::nftables::userdata::fingerprint(&format!("{container_id}/{ifname}"));
-    format!("{}hash {digest}", tag_prefix(network))
+    format!("{}hash={digest}", tag_prefix(network))
 }
 
 #[cfg(test)]
@@ -225,7 +228,7 @@ mod tests {
     #[test]
     fn tags_fit_a_comment_and_keep_the_network() {
         let tag = attachment_tag("net", "c1", "eth0");
-        assert_eq!(tag, r#"cni firewall: net "net" id "c1" if "eth0""#);
+        assert_eq!(tag, "cni firewall net=net id=c1 if=eth0");
         let long = attachment_tag("net", &"a".repeat(300), "eth0");
         assert!(long.len() <= MAX_COMMENT_LEN);
         assert!(long.starts_with(&tag_prefix("net")));

@@ -16,7 +16,7 @@
 //! packet:
 //!
 //! ```text
-//! -A CNI-FW-ATTACHMENTS -d 10.0.0.2/32 -m comment --comment "cni firewall: net \"n\" id \"c1\" if \"eth0\"" -j RETURN
+//! -A CNI-FW-ATTACHMENTS -d 10.0.0.2/32 -m comment --comment "cni firewall net=n id=c1 if=eth0" -j RETURN
 //! ```
 //!
 //! - DEL removes the reference's rules of the prevResult's addresses (as

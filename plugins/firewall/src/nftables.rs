@@ -8,8 +8,8 @@
 //!         type filter hook forward priority filter; policy accept;
 //!         jump isolation_stage_1 comment "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)"
 //!         jump CNI-ADMIN comment "CNI firewall plugin admin overrides"
-//!         ip daddr 10.0.0.2 ct state established,related accept comment "cni firewall: net \"n\" id \"c1\" if \"eth0\""
-//!         ip saddr 10.0.0.2 accept comment "cni firewall: net \"n\" id \"c1\" if \"eth0\""
+//!         ip daddr 10.0.0.2 ct state established,related accept comment "cni firewall net=n id=c1 if=eth0"
+//!         ip saddr 10.0.0.2 accept comment "cni firewall net=n id=c1 if=eth0"
 //!     }
 //!     chain CNI-ADMIN { }
 //!     chain isolation_stage_1 {
