@@ -1,0 +1,278 @@
+//! The tap plugin's configuration: every key of the reference plugin,
+//! decoded and checked before the plugin touches the system.
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `multiQueue` | false | a multi-queue tap (`IFF_MULTI_QUEUE`) |
+//! | `mtu` | 0: the kernel's | the tap's MTU |
+//! | `mac` | the kernel's pick | the tap's MAC |
+//! | `owner` | none | the user allowed to attach to the tap (`TUNSETOWNER`) |
+//! | `group` | none | the group allowed to attach (`TUNSETGROUP`) |
+//! | `selinuxContext` | none | the SELinux context the tap is created in |
+//! | `bridge` | none | a bridge in the container the tap becomes a port of |
+//! | `args` | | accepted, not read (as in the reference) |
+//! | `ipam` | none: layer 2 only | the IPAM plugin and its keys |
+//! | `dns` | none | DNS settings of the result |
+//! | `runtimeConfig.mac` | | the `mac` capability |
+//!
+//! The MAC's precedence is the reference's ([`libcni::mac_source`]):
+//! `runtimeConfig.mac`, then `MAC` in `CNI_ARGS`, then `mac`. Keys match
+//! Go's way (exact spelling first, else any letter case). Without `owner`
+//! and `group` the tap has no owner: any process with `CAP_NET_ADMIN` in
+//! the namespace may attach to it.
+
+use libcni::args::{ArgsError, CniArgs};
+use libcni::error::{CniError, ErrorCode, ToCniError};
+use libcni::go_compat::{fold_keys, Shape};
+use libcni::mac_source::{pick_mac, InvalidMac};
+use libcni::plugin_conf::PluginConf;
+use libcni::types::Dns;
+use libcni::version::{ResultFamily, SpecVersion};
+use serde::Deserialize;
+
+const SHAPE: Shape = Shape::Object(&[
+    ("multiQueue", Shape::Leaf),
+    ("mtu", Shape::Leaf),
+    ("mac", Shape::Leaf),
+    ("owner", Shape::Leaf),
+    ("group", Shape::Leaf),
+    ("selinuxContext", Shape::Leaf),
+    ("bridge", Shape::Leaf),
+    ("runtimeConfig", Shape::Object(&[("mac", Shape::Leaf)])),
+]);
+
+/// `CNI_ARGS` keys the plugin reads.
+pub const CNI_ARGS_KEYS: [&str; 1] = ["MAC"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to load netconf: {0}")]
+    Decode(#[source] serde_json::Error),
+    #[error(transparent)]
+    Mac(#[from] InvalidMac),
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    #[error("invalid MTU {0}: must be 0 (the kernel's default) or a positive number of bytes")]
+    InvalidMtu(i64),
+    #[error("cannot convert: no valid IP addresses")]
+    ResultNotExpressible { version: SpecVersion },
+}
+
+impl ToCniError for ConfigError {
+    fn to_cni_error(&self) -> CniError {
+        match self {
+            ConfigError::Args(e) => e.to_cni_error(),
+            ConfigError::Mac(e) => e.to_cni_error(),
+            ConfigError::ResultNotExpressible { version } => {
+                CniError::new(ErrorCode::IncompatibleVersion, self.to_string()).with_details(
+                    format!(
+                        "a result without IP addresses (no \"ipam\" type) has no CNI {version} form"
+                    ),
+                )
+            }
+            ConfigError::Decode(_) | ConfigError::InvalidMtu(_) => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Keys {
+    #[serde(rename = "multiQueue", default)]
+    multi_queue: Option<bool>,
+    #[serde(default)]
+    mtu: Option<i64>,
+    #[serde(default)]
+    mac: Option<String>,
+    #[serde(default)]
+    owner: Option<u32>,
+    #[serde(default)]
+    group: Option<u32>,
+    #[serde(rename = "selinuxContext", default)]
+    selinux_context: Option<String>,
+    #[serde(default)]
+    bridge: Option<String>,
+    #[serde(rename = "runtimeConfig", default)]
+    runtime_config: Option<RuntimeKeys>,
+}
+
+#[derive(Deserialize)]
+struct RuntimeKeys {
+    #[serde(default)]
+    mac: Option<String>,
+}
+
+/// The configuration as ADD and CHECK use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapConf {
+    pub version: SpecVersion,
+    pub multi_queue: bool,
+    /// `None`: the kernel's default (1500).
+    pub mtu: Option<u32>,
+    pub mac: Option<[u8; 6]>,
+    pub owner: Option<u32>,
+    pub group: Option<u32>,
+    /// `None` when absent or empty.
+    pub selinux_context: Option<String>,
+    /// `None` when absent or empty.
+    pub bridge: Option<String>,
+    /// `None`: layer 2 only.
+    pub ipam_type: Option<String>,
+    pub dns: Dns,
+}
+
+impl TapConf {
+    /// Decodes and checks the configuration and `CNI_ARGS`.
+    pub fn from_conf(conf: &PluginConf, cni_args: &str) -> Result<TapConf, ConfigError> {
+        let keys: Keys =
+            serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
+        let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
+        let runtime_mac = keys.runtime_config.and_then(|r| r.mac);
+        let mac = pick_mac(runtime_mac.as_deref(), args.get("MAC"), keys.mac.as_deref())?;
+        let mtu = match keys.mtu.unwrap_or(0) {
+            0 => None,
+            mtu => Some(u32::try_from(mtu).map_err(|_| ConfigError::InvalidMtu(mtu))?),
+        };
+        Ok(TapConf {
+            version: conf.cni_version,
+            multi_queue: keys.multi_queue.unwrap_or(false),
+            mtu,
+            mac,
+            owner: keys.owner,
+            group: keys.group,
+            selinux_context: keys.selinux_context.filter(|c| !c.is_empty()),
+            bridge: keys.bridge.filter(|b| !b.is_empty()),
+            ipam_type: conf
+                .ipam
+                .as_ref()
+                .map(|ipam| ipam.ipam_type.clone())
+                .filter(|t| !t.is_empty()),
+            dns: conf.dns.clone(),
+        })
+    }
+
+    /// A layer 2 result has no addresses, which 0.1.0 and 0.2.0 results
+    /// cannot go without: ADD refuses before making anything (the
+    /// reference makes the tap first and fails converting its result).
+    pub fn check_result_expressible(&self) -> Result<(), ConfigError> {
+        if self.ipam_type.is_none() && self.version.family() == ResultFamily::V02 {
+            return Err(ConfigError::ResultNotExpressible {
+                version: self.version,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: serde_json::Value, cni_args: &str) -> Result<TapConf, ConfigError> {
+        let conf = PluginConf::from_slice(&serde_json::to_vec(&value).unwrap()).unwrap();
+        TapConf::from_conf(&conf, cni_args)
+    }
+
+    fn base() -> serde_json::Value {
+        json!({"cniVersion": "1.0.0", "name": "net", "type": "tap"})
+    }
+
+    #[test]
+    fn defaults_are_an_ownerless_layer_2_tap() {
+        let parsed = parse(base(), "").unwrap();
+        assert!(!parsed.multi_queue);
+        assert_eq!(parsed.mtu, None);
+        assert_eq!(parsed.mac, None);
+        assert_eq!((parsed.owner, parsed.group), (None, None));
+        assert_eq!(parsed.selinux_context, None);
+        assert_eq!(parsed.bridge, None);
+        assert_eq!(parsed.ipam_type, None);
+    }
+
+    #[test]
+    fn every_key_in_any_case() {
+        let mut value = base();
+        value["MultiQueue"] = json!(true);
+        value["MTU"] = json!(9000);
+        value["mac"] = json!("02:00:00:00:00:01");
+        value["owner"] = json!(1000);
+        value["Group"] = json!(0);
+        value["selinuxContext"] = json!("system_u:system_r:container_t:s0");
+        value["bridge"] = json!("br0");
+        value["args"] = json!({"anything": [1, 2]});
+        value["ipam"] = json!({"type": "host-local"});
+        let parsed = parse(value, "").unwrap();
+        assert!(parsed.multi_queue);
+        assert_eq!(parsed.mtu, Some(9000));
+        assert_eq!(parsed.mac, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!((parsed.owner, parsed.group), (Some(1000), Some(0)));
+        assert_eq!(
+            parsed.selinux_context.as_deref(),
+            Some("system_u:system_r:container_t:s0")
+        );
+        assert_eq!(parsed.bridge.as_deref(), Some("br0"));
+        assert_eq!(parsed.ipam_type.as_deref(), Some("host-local"));
+    }
+
+    #[test]
+    fn mac_precedence_is_runtime_config_then_cni_args_then_mac() {
+        let mut value = base();
+        value["mac"] = json!("02:00:00:00:00:01");
+        assert_eq!(parse(value.clone(), "").unwrap().mac.unwrap()[5], 1);
+        let args = "IgnoreUnknown=1;MAC=02:00:00:00:00:02";
+        assert_eq!(parse(value.clone(), args).unwrap().mac.unwrap()[5], 2);
+        value["RuntimeConfig"] = json!({"mac": "02:00:00:00:00:03"});
+        assert_eq!(parse(value, args).unwrap().mac.unwrap()[5], 3);
+    }
+
+    #[test]
+    fn refusals_with_their_codes() {
+        let code = |value: serde_json::Value, args: &str| {
+            parse(value, args).unwrap_err().to_cni_error().code
+        };
+        let with = |key: &str, v: serde_json::Value| {
+            let mut value = base();
+            value[key] = v;
+            value
+        };
+        assert_eq!(
+            code(with("mtu", json!(-1)), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(
+            code(with("mtu", json!("9000")), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(
+            code(with("owner", json!(-5)), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(
+            code(with("group", json!(1u64 << 33)), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(
+            code(with("multiQueue", json!("yes")), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(
+            code(with("mac", json!("01:00:5e:00:00:01")), ""),
+            ErrorCode::InvalidNetworkConfig
+        );
+        assert_eq!(code(base(), "MAC=zz"), ErrorCode::InvalidEnvironment);
+        assert_eq!(code(base(), "FOO=1"), ErrorCode::InvalidEnvironment);
+        let mut old = base();
+        old["cniVersion"] = json!("0.2.0");
+        let parsed = parse(old, "").unwrap();
+        assert_eq!(
+            parsed
+                .check_result_expressible()
+                .unwrap_err()
+                .to_cni_error()
+                .code,
+            ErrorCode::IncompatibleVersion
+        );
+    }
+}
