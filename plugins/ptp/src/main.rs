@@ -1,7 +1,5 @@
-//! `ptp`: being built for issue 19; this placeholder only keeps the
-//! workspace compiling until the plugin lands.
+//! The `ptp` CNI plugin binary; the work is in the library crate.
 
 fn main() {
-    eprintln!("ptp: not built yet");
-    std::process::exit(1);
+    libcni::skel::plugin_main(ptp::plugin::PtpPlugin::from_process_env())
 }

@@ -1,0 +1,27 @@
+//! Undoing a failed ADD ([`libcni::rollback`]): the changes ptp's ADD
+//! records, each undone in reverse order when a later step fails.
+//!
+//! The forwarding sysctls are not undone: they serve every container of
+//! the host, and a concurrent ADD may already rely on them. The gateway
+//! addresses and host routes go with the host veth.
+
+use ipnetwork::IpNetwork;
+
+/// One change to take back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    /// IPAM DEL for the lease IPAM ADD made.
+    ReleaseIpam,
+    /// Deleting the host end removes the container end too, with the
+    /// addresses and routes of both.
+    DeleteVeth {
+        host_index: u32,
+        host_name: String,
+    },
+    TeardownMasquerade {
+        ips: Vec<IpNetwork>,
+    },
+}
+
+/// ADD's record of [`Undo`] steps.
+pub type Rollback = libcni::rollback::Rollback<Undo>;
