@@ -1,0 +1,33 @@
+//! DEL: delete the attachment's ifb, found by its name alone, so neither
+//! the namespace nor the previous result is needed. A missing ifb is
+//! success. The qdiscs on the host veth go with the veth, which the plugin
+//! before this one deletes (as in the reference).
+//!
+//! A link of that name that is not an ifb is left alone: it is not ours.
+
+use libcni::netlink::RouteSocket;
+use libcni::skel::CmdArgs;
+
+use crate::config;
+use crate::error::BandwidthError;
+
+pub fn del(args: &CmdArgs) -> Result<(), BandwidthError> {
+    // The reference validates here too: a bad configuration fails DEL.
+    config::parse(args)?;
+    let name = config::ifb_name(&args.conf.name, &args.container_id);
+    let mut socket = RouteSocket::open_current()?;
+    match socket.link_by_name(&name)? {
+        Some(link) if link.kind.as_deref() == Some("ifb") => match socket.delete_link(link.index) {
+            Err(e) if !e.is_not_found() => Err(e.into()),
+            _ => Ok(()),
+        },
+        Some(link) => {
+            log::warn!(
+                "{name} is a {} link, not an ifb; left alone",
+                link.kind.as_deref().unwrap_or("physical")
+            );
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
