@@ -4,18 +4,23 @@
 //! DEL, GC, STATUS) and DEL itself are the same in all three, an IPAM
 //! failure is reported the same way, and CHECK starts and ends alike (the
 //! prevResult's interface in this sandbox, the link read back as the
-//! plugin's kind; its addresses and routes). What differs (config keys,
-//! the master lookup, the link kind's mode or id, the order of each
-//! plugin's own CHECK steps) stays in the plugins.
+//! plugin's kind; its addresses and routes), and ADD's steps once the link
+//! exists are one value that undoes them ([`NewSubLink`]). What differs
+//! (config keys, the master lookup, the link kind's mode or id, where the
+//! addresses come from, the order of each plugin's own CHECK steps) stays
+//! in the plugins.
 
 use crate::error::{CniError, ErrorCode, ToCniError};
-use crate::iface::{check_interface_ips, check_routes, sandbox_interface, IfaceError};
+use crate::iface::{
+    check_interface_ips, check_routes, configure_iface, sandbox_interface, Announce, IfaceError,
+};
 use crate::invoke::{Delegator, Exec, InvokeError};
 use crate::netlink::sublink::{delete_in_container, DeleteError, SubLinkInfo, SubLinkKind};
-use crate::netlink::{NetlinkError, RouteSocket};
+use crate::netlink::{LinkInfo, NetlinkError, RouteSocket};
 use crate::netns::{NetNs, NetNsError};
 use crate::skel::CmdArgs;
-use crate::types::v100;
+use crate::types::{v100, Dns};
+use crate::version::SpecVersion;
 
 /// `CNI_NETNS` could not be opened for ADD or CHECK (DEL has its own, as
 /// a namespace gone is success there).
@@ -103,6 +108,124 @@ pub fn ipam_add<E: Exec>(
             InvokeError::Result(e),
         )
     })
+}
+
+/// ADD once the sub-link is in the container under `CNI_IFNAME`: the
+/// steps after it (the IPAM lease, addresses and routes, the result), and
+/// [`undo`](NewSubLink::undo) for all of them when a later step fails.
+pub struct NewSubLink<'a, E: Exec> {
+    args: &'a CmdArgs,
+    ipam: &'a Delegator<E>,
+    netns: &'a NetNs,
+    container: RouteSocket,
+    link: LinkInfo,
+    /// The IPAM plugin ADD called: undo releases what it reserved, even if
+    /// the call failed half-way.
+    leased_from: Option<String>,
+}
+
+impl<'a, E: Exec> NewSubLink<'a, E> {
+    pub fn new(
+        args: &'a CmdArgs,
+        ipam: &'a Delegator<E>,
+        netns: &'a NetNs,
+        container: RouteSocket,
+        link: LinkInfo,
+    ) -> NewSubLink<'a, E> {
+        NewSubLink {
+            args,
+            ipam,
+            netns,
+            container,
+            link,
+            leased_from: None,
+        }
+    }
+
+    /// IPAM ADD with `plugin` ([`ipam_add`], `action` as there).
+    pub fn lease(
+        &mut self,
+        plugin: &str,
+        action: &'static str,
+    ) -> Result<v100::Result, IpamCallError> {
+        self.leased_from = Some(plugin.to_string());
+        ipam_add(self.args, self.ipam, plugin, action)
+    }
+
+    /// The result for `addresses` (IPAM's lease or a chained prevResult):
+    /// the link as interface 0 with every address on it, configured in the
+    /// container; then the configuration's DNS replaces the addresses'
+    /// when it says anything (the reference replaces it even with nothing).
+    pub fn configure(
+        &mut self,
+        addresses: v100::Result,
+        announce: Announce,
+        dns: &Dns,
+    ) -> Result<v100::Result, IfaceError> {
+        let mut result = self.layer2_result(&addresses.dns);
+        result.ips = addresses
+            .ips
+            .into_iter()
+            .map(|ip| v100::IpConfig {
+                interface: Some(0),
+                ..ip
+            })
+            .collect();
+        result.routes = addresses.routes;
+        configure_iface(
+            self.netns,
+            &mut self.container,
+            &self.args.ifname,
+            &result,
+            announce,
+        )?;
+        if !dns.is_empty() {
+            result.dns = dns.clone();
+        }
+        Ok(result)
+    }
+
+    /// Layer 2 only: the link set up, and a result with just the interface.
+    pub fn configure_layer2(&mut self, dns: &Dns) -> Result<v100::Result, NetlinkError> {
+        let ifname = &self.args.ifname;
+        self.container
+            .set_link_up(self.link.index)
+            .map_err(|e| e.context(format!("failed to set {ifname:?} up")))?;
+        Ok(self.layer2_result(dns))
+    }
+
+    fn layer2_result(&self, dns: &Dns) -> v100::Result {
+        let mut result = v100::Result::new();
+        result.interfaces = vec![v100::Interface {
+            name: self.args.ifname.clone(),
+            mac: self.link.mac_string(),
+            // `interfaces[].mtu` is new in spec 1.1.0.
+            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
+                self.link.mtu
+            } else {
+                0
+            },
+            sandbox: self.args.netns.clone(),
+            ..v100::Interface::default()
+        }];
+        result.dns = dns.clone();
+        result
+    }
+
+    /// Deletes the link and releases the lease; failures are logged, the
+    /// error that caused the undo is what ADD reports.
+    pub fn undo(&mut self) {
+        if let Err(e) = self.container.delete_link(self.link.index) {
+            if !e.is_not_found() {
+                log::warn!("rollback: delete {:?}: {e}", self.args.ifname);
+            }
+        }
+        if let Some(plugin) = &self.leased_from {
+            if let Err(e) = self.ipam.del(plugin, self.args.conf.bytes()) {
+                log::warn!("rollback: IPAM DEL with {plugin:?}: {e}");
+            }
+        }
+    }
 }
 
 /// DEL, best effort: the container interface goes (a namespace or link

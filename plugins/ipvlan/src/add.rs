@@ -18,17 +18,15 @@
 
 use std::os::fd::AsFd;
 
-use libcni::iface::{configure_iface, Announce};
+use libcni::iface::Announce;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::{
     create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
 };
-use libcni::netlink::sublink_plugin;
+use libcni::netlink::sublink_plugin::{self, NewSubLink};
 use libcni::netlink::{LinkInfo, RouteSocket};
-use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
-use libcni::version::SpecVersion;
 
 use crate::config::{ConfigError, IpvlanConf};
 use crate::error::IpvlanError;
@@ -115,101 +113,24 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
     };
     let link = create_in_container(creator, &mut container, &spec)?;
 
-    let mut attach = Attach {
-        args,
-        conf: &conf,
-        ipam,
-        netns: &netns,
-        container,
-        link,
-        lease_taken: false,
+    let mut new = NewSubLink::new(args, ipam, &netns, container, link);
+    attach(&mut new, &conf, chained_ips).inspect_err(|_| new.undo())
+}
+
+/// ADD once the link exists: the addresses of the chained prevResult, or
+/// IPAM's.
+fn attach<E: Exec>(
+    new: &mut NewSubLink<'_, E>,
+    conf: &IpvlanConf,
+    chained: Option<v100::Result>,
+) -> Result<v100::Result, IpvlanError> {
+    let source = match (chained, &conf.ipam_type) {
+        (Some(prev), _) => prev,
+        (None, Some(plugin)) => new.lease(plugin, "IPAM ADD with")?,
+        (None, None) => return Err(ConfigError::NoAddressSource.into()),
     };
-    attach.run(chained_ips).inspect_err(|_| attach.undo())
-}
-
-/// ADD once the link exists: everything it does is undone on failure.
-struct Attach<'a, E: Exec> {
-    args: &'a CmdArgs,
-    conf: &'a IpvlanConf,
-    ipam: &'a Delegator<E>,
-    netns: &'a NetNs,
-    container: RouteSocket,
-    link: LinkInfo,
-    /// IPAM ADD was called: DEL releases whatever it reserved.
-    lease_taken: bool,
-}
-
-impl<E: Exec> Attach<'_, E> {
-    fn run(&mut self, chained: Option<v100::Result>) -> Result<v100::Result, IpvlanError> {
-        let ifname = &self.args.ifname;
-        let source = match (chained, &self.conf.ipam_type) {
-            (Some(prev), _) => prev,
-            (None, Some(plugin)) => self.allocate(plugin)?,
-            (None, None) => return Err(ConfigError::NoAddressSource.into()),
-        };
-        if source.ips.is_empty() {
-            return Err(IpvlanError::IpamNoIps);
-        }
-        let mut result = v100::Result::new();
-        result.interfaces = vec![v100::Interface {
-            name: ifname.clone(),
-            mac: self.link.mac_string(),
-            // `interfaces[].mtu` is new in spec 1.1.0.
-            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
-                self.link.mtu
-            } else {
-                0
-            },
-            sandbox: self.args.netns.clone(),
-            ..v100::Interface::default()
-        }];
-        result.ips = source
-            .ips
-            .into_iter()
-            .map(|ip| v100::IpConfig {
-                interface: Some(0),
-                ..ip
-            })
-            .collect();
-        result.routes = source.routes;
-        result.dns = source.dns;
-        configure_iface(
-            self.netns,
-            &mut self.container,
-            ifname,
-            &result,
-            Announce { notify: true },
-        )?;
-        // The configuration's DNS replaces IPAM's when it says anything;
-        // the reference replaces it even with nothing.
-        if !self.conf.dns.is_empty() {
-            result.dns = self.conf.dns.clone();
-        }
-        Ok(result)
+    if source.ips.is_empty() {
+        return Err(IpvlanError::IpamNoIps);
     }
-
-    fn allocate(&mut self, plugin: &str) -> Result<v100::Result, IpvlanError> {
-        self.lease_taken = true;
-        Ok(sublink_plugin::ipam_add(
-            self.args,
-            self.ipam,
-            plugin,
-            "IPAM ADD with",
-        )?)
-    }
-
-    /// Deletes the link and releases the lease; failures are logged, the
-    /// error that caused the undo is what ADD reports.
-    fn undo(&mut self) {
-        if let Err(e) = self.container.delete_link(self.link.index) {
-            if !e.is_not_found() {
-                log::warn!("rollback: delete {:?}: {e}", self.args.ifname);
-            }
-        }
-        if let (true, Some(plugin)) = (self.lease_taken, &self.conf.ipam_type) {
-            if let Err(e) = self.ipam.del(plugin, self.args.conf.bytes()) {
-                log::warn!("rollback: IPAM DEL with {plugin:?}: {e}");
-            }
-        }
-    }
+    Ok(new.configure(source, Announce { notify: true }, &conf.dns)?)
 }
