@@ -1,21 +1,34 @@
 //! Every configuration file of an examples folder (the repository's
-//! `conflist-examples/`): parsed, validated against the plugins under
-//! test, and run through our libcni runtime (ADD, CHECK, DEL) in a fresh
-//! fake host and pod.
+//! `conflist-examples/`), loaded together as a node would have them:
+//! parsed, checked for networks that would collide on one node (a bridge
+//! or a subnet used twice, Podman's default range), validated against the
+//! plugins under test, and run through our libcni runtime in ONE fake host:
+//! every example is added (each into a pod of its own) before any is
+//! checked or deleted, so one example's bridge, addresses or rules that
+//! break another's show.
+//!
+//! A file runs at the version a runtime picks from it (the highest of
+//! `cniVersion` and `cniVersions` that libcni speaks), never at one the
+//! suite chooses, so a file listing a version the plugins under test lack
+//! fails here as it fails under `cnitool add`. The rule for the examples:
+//! one whose plugin types (and IPAM types) the reference has runs on ours
+//! and on the reference (spec up to 1.0.0), so it offers no version above
+//! 1.0.0; a file naming a type the plugins under test lack is skipped, with
+//! the reason.
 //!
 //! A file is run as written except for where state goes: host-local's
-//! `dataDir` points into the scenario's folder. Two files need more:
+//! `dataDir` points into the scenario's folder. Some files need more:
 //! - a bridge `vlan` on a kernel without bridge VLAN filtering
 //!   (CONFIG_BRIDGE_VLAN_FILTERING) cannot work, so ADD must fail with an
 //!   error naming that option, and DEL must leave nothing behind;
 //! - rdma-sriov needs an SR-IOV PF and RDMA devices, which test machines
 //!   lack: it runs with the plugin's test-only knobs (a fake sysfs, a
-//!   simulated PF/RDMA layer, a veth standing in for the VF netdev); the
-//!   simulated layer is in an rdma-sriov built with its `fake-hardware`
-//!   feature, as `cargo build --all-targets` and `cargo test` build it;
-//!   with `rail`, the pod must also have the rail's ARP sysctls and a rule
-//!   from each address to a table routing out of the VF, and DEL must take
-//!   the rules away;
+//!   simulated PF/RDMA layer, a veth standing in for each VF netdev, one VF
+//!   per rdma-sriov example); the simulated layer is in an rdma-sriov built
+//!   with its `fake-hardware` feature, as `cargo build --all-targets` and
+//!   `cargo test` build it; with `rail`, the pod must also have the rail's
+//!   ARP sysctls and a rule from each address to a table routing out of
+//!   the VF, and DEL must take the rules away;
 //! - macvlan, ipvlan and vlan name a `master`, host-device a `device`: the
 //!   NIC of a GPU node. A veth of that name (MTU 9000, as RoCE NICs run)
 //!   stands in for it in the fake host, and DEL must give host-device's
@@ -24,14 +37,17 @@
 //!   (testing/etcd-cluster) when a file names cluster-ipam and the plugins
 //!   under test have it, and the file's `etcd` block is pointed at it
 //!   (plain http; its prefix is kept), with the node state in the
-//!   scenario's folder.
+//!   scenario's folder;
+//! - a `portMappings` capability gets a host port of its own per example.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
+use ipnetwork::IpNetwork;
 use libcni::conf::{self, NetworkConfigList};
 use libcni::invoke::PluginEnv;
 use libcni::runtime::{CniConfig, RuntimeConf};
+use libcni::types::AnyResult;
 use serde_json::{json, Map, Value};
 
 use super::plugin_checks::version_at_least;
@@ -46,6 +62,13 @@ type Step<T> = Result<T, String>;
 fn setup<T, E: std::fmt::Display>(r: Result<T, E>) -> Step<T> {
     r.map_err(|e| format!("setup failed: {e}"))
 }
+
+/// Podman's default network; an example there breaks Podman on the node.
+const PODMAN_DEFAULT: &str = "10.88.0.0/16";
+/// The bridge of a bridge config without `bridge`.
+const DEFAULT_BRIDGE: &str = "cni0";
+/// The first host port given to an example's `portMappings`.
+const FIRST_HOST_PORT: u16 = 18080;
 
 /// The configuration files of `dir`, sorted as runtimes sort them.
 pub fn example_files(dir: &Path) -> Vec<PathBuf> {
@@ -92,27 +115,148 @@ fn load(path: &Path) -> Step<NetworkConfigList> {
     }
 }
 
-fn plugin_types(raw: &Value) -> Vec<String> {
-    raw["plugins"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["type"].as_str().map(str::to_string))
-        .collect()
+fn plugins(raw: &Value) -> impl Iterator<Item = &Value> {
+    raw["plugins"].as_array().into_iter().flatten()
 }
 
-/// The versions a file offers: `cniVersion` and `cniVersions`.
-fn offered_versions(raw: &Value) -> Vec<String> {
-    let mut out: Vec<String> = raw["cniVersions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_string))
+/// The binaries a file runs: its plugin types, then their IPAM types.
+fn binary_types(raw: &Value) -> Vec<String> {
+    let mut types: Vec<String> = plugins(raw)
+        .filter_map(|p| p["type"].as_str().map(str::to_string))
         .collect();
-    if let Some(v) = raw["cniVersion"].as_str() {
-        out.push(v.to_string());
+    for p in plugins(raw) {
+        if let Some(ipam) = p["ipam"]["type"].as_str().filter(|t| !t.is_empty()) {
+            if !types.iter().any(|t| t == ipam) {
+                types.push(ipam.to_string());
+            }
+        }
     }
-    out
+    types
+}
+
+/// One parsed file of the folder.
+struct Example {
+    /// The file name, as check ids show it.
+    name: String,
+    raw: Value,
+}
+
+impl Example {
+    fn id(&self, what: &str) -> String {
+        format!("example {}: {what}", self.name)
+    }
+
+    fn plugin_types(&self) -> Vec<String> {
+        plugins(&self.raw)
+            .filter_map(|p| p["type"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    fn is_rdma(&self) -> bool {
+        self.plugin_types().iter().any(|t| t == "rdma-sriov")
+    }
+
+    fn ifname(&self) -> &'static str {
+        if self.plugin_types().iter().all(|t| t == "loopback") {
+            "lo"
+        } else {
+            "eth0"
+        }
+    }
+
+    fn wants_vlan(&self) -> bool {
+        plugins(&self.raw).any(|p| {
+            p["type"] == "bridge" && (p.get("vlan").is_some() || p.get("vlanTrunk").is_some())
+        })
+    }
+
+    /// Bridges this file's bridge plugins make or join.
+    fn bridges(&self) -> Vec<String> {
+        plugins(&self.raw)
+            .filter(|p| p["type"] == "bridge")
+            .map(|p| {
+                p["bridge"]
+                    .as_str()
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or(DEFAULT_BRIDGE)
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// The subnets its IPAM sections hand addresses from: `subnet`,
+    /// `ranges` and static `addresses`, as networks.
+    fn subnets(&self) -> Vec<IpNetwork> {
+        let mut out = Vec::new();
+        for p in plugins(&self.raw) {
+            let ipam = &p["ipam"];
+            let mut written: Vec<&str> = Vec::new();
+            written.extend(ipam["subnet"].as_str());
+            for set in ipam["ranges"].as_array().into_iter().flatten() {
+                for range in set.as_array().into_iter().flatten() {
+                    written.extend(range["subnet"].as_str());
+                }
+            }
+            for address in ipam["addresses"].as_array().into_iter().flatten() {
+                written.extend(address["address"].as_str());
+            }
+            for text in written {
+                if let Ok(net) = text.parse::<IpNetwork>() {
+                    if let Ok(whole) = IpNetwork::new(net.network(), net.prefix()) {
+                        out.push(whole);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn overlaps(a: &IpNetwork, b: &IpNetwork) -> bool {
+    match (a, b) {
+        (IpNetwork::V4(x), IpNetwork::V4(y)) => x.contains(y.network()) || y.contains(x.network()),
+        (IpNetwork::V6(x), IpNetwork::V6(y)) => x.contains(y.network()) || y.contains(x.network()),
+        _ => false,
+    }
+}
+
+/// Copying the folder to a node must not break a network: no bridge or
+/// subnet is used by two files, and none is on Podman's default range.
+fn distinct_networks(examples: &[Example]) -> Step<String> {
+    let podman: IpNetwork = PODMAN_DEFAULT
+        .parse()
+        .map_err(|e| format!("{PODMAN_DEFAULT}: {e}"))?;
+    let mut clashes = Vec::new();
+    for (i, a) in examples.iter().enumerate() {
+        for net in a.subnets() {
+            if overlaps(&net, &podman) {
+                clashes.push(format!(
+                    "{} uses {net}, inside Podman's default network {PODMAN_DEFAULT}",
+                    a.name
+                ));
+            }
+        }
+        for b in &examples[i + 1..] {
+            for bridge in a.bridges() {
+                if b.bridges().contains(&bridge) {
+                    clashes.push(format!(
+                        "{} and {} both use bridge {bridge}",
+                        a.name, b.name
+                    ));
+                }
+            }
+            for x in a.subnets() {
+                for y in b.subnets().iter().filter(|y| overlaps(&x, y)) {
+                    clashes.push(format!("{} ({x}) and {} ({y}) overlap", a.name, b.name));
+                }
+            }
+        }
+    }
+    if clashes.is_empty() {
+        Ok(format!("{} files", examples.len()))
+    } else {
+        Err(clashes.join("; "))
+    }
 }
 
 pub fn example_checks(report: &mut Report, cat: &Catalogue, dir: &Path) {
@@ -124,173 +268,222 @@ pub fn example_checks(report: &mut Report, cat: &Catalogue, dir: &Path) {
         );
         return;
     }
-    let vlan_filtering = kernel_has_bridge_vlan_filtering();
+    let mut examples = Vec::new();
     for file in files {
         let name = file
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        one_example(report, cat, &file, &name, &vlan_filtering);
-    }
-}
-
-fn one_example(
-    report: &mut Report,
-    cat: &Catalogue,
-    file: &Path,
-    name: &str,
-    vlan_filtering: &Result<bool, super::sandbox::SandboxError>,
-) {
-    let id = |what: &str| format!("example {name}: {what}");
-    let loaded = load(file);
-    let raw = raw_list(file);
-    let (list, raw) = match (loaded, raw) {
-        (Ok(list), Ok(raw)) => (list, raw),
-        (Err(e), _) | (_, Err(e)) => {
-            report.check(id("parses"), Err(e));
-            return;
+        let id = format!("example {name}: parses");
+        match (load(&file), raw_list(&file)) {
+            (Ok(list), Ok(raw)) => {
+                report.check(
+                    id,
+                    Ok(format!(
+                        "network {:?}, version {}, plugins {}",
+                        list.name,
+                        list.cni_version,
+                        binary_types(&raw).join("+")
+                    )),
+                );
+                examples.push(Example { name, raw });
+            }
+            (Err(e), _) | (_, Err(e)) => report.check(id, Err(e)),
         }
-    };
-    let types = plugin_types(&raw);
+    }
     report.check(
-        id("parses"),
-        Ok(format!(
-            "network {:?}, version {}, plugins {}",
-            list.name,
-            list.cni_version,
-            types.join("+")
-        )),
+        format!(
+            "examples in {}: each has its own bridge and subnet, none on Podman's {PODMAN_DEFAULT}",
+            dir.display()
+        ),
+        distinct_networks(&examples),
     );
-    let missing: Vec<&String> = types.iter().filter(|t| cat.get(t).is_none()).collect();
-    if !missing.is_empty() {
-        report.skip(
-            id("validated and run"),
-            format!(
-                "{} has no {}",
-                cat.dir.display(),
-                missing
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
+
+    let runnable: Vec<&Example> = examples
+        .iter()
+        .filter(|ex| {
+            let missing: Vec<String> = binary_types(&ex.raw)
+                .into_iter()
+                .filter(|t| cat.get(t).is_none())
+                .collect();
+            if !missing.is_empty() {
+                report.skip(
+                    ex.id("validated and run"),
+                    format!("{} has no {}", cat.dir.display(), missing.join(", ")),
+                );
+            }
+            missing.is_empty()
+        })
+        .collect();
+    if runnable.is_empty() {
         return;
     }
-    // Our libcni picks the highest of cniVersion and cniVersions it
-    // supports; plugins that stop lower get the highest they all claim.
-    let type_refs: Vec<&str> = types.iter().map(String::as_str).collect();
-    let offered = offered_versions(&raw);
-    let offered_refs: Vec<&str> = offered.iter().map(String::as_str).collect();
-    let version = if type_refs
-        .iter()
-        .all(|t| cat.get(t).is_some_and(|p| p.claims(&list.cni_version)))
-    {
-        list.cni_version.clone()
-    } else {
-        match cat.common_version(&type_refs, &offered_refs) {
-            Some(v) => v,
-            None => {
-                report.skip(
-                    id("validated and run"),
-                    format!(
-                        "the plugins claim none of the file's versions ({})",
-                        offered.join(", ")
-                    ),
-                );
-                return;
-            }
-        }
-    };
-    let version_note = if version == list.cni_version {
-        format!("at {version}")
-    } else {
-        format!(
-            "at {version}: the plugins do not claim {} (runtimes without cniVersions support use {})",
-            list.cni_version,
-            raw["cniVersion"].as_str().unwrap_or("")
-        )
-    };
+    run_together(report, cat, dir, &runnable);
+}
 
+/// An example added in the shared fake host, waiting for its checks.
+struct Attached<'a> {
+    example: &'a Example,
+    list: NetworkConfigList,
+    rt: RuntimeConf,
+    pod: Netns,
+    /// The host veths its ADD made.
+    veths: Vec<String>,
+    /// Its VF when it is an rdma-sriov example: (PCI address, netdev).
+    vf: Option<(String, String)>,
+    /// Host links a plugin of it moves into the pod (host-device).
+    moved: Vec<String>,
+    /// Its ADD's result; `None` when ADD failed (as the VLAN example must
+    /// on a kernel without bridge VLAN filtering).
+    result: Option<AnyResult>,
+}
+
+/// Every runnable example in one fake host: all added, then each checked
+/// with the others still attached, then all deleted in reverse order.
+fn run_together(report: &mut Report, cat: &Catalogue, dir: &Path, examples: &[&Example]) {
+    let together = |what: &str| format!("examples in {}: {what}", dir.display());
     let scene = match Scene::new("ex", &cat.dir) {
         Ok(s) => s,
         Err(e) => {
-            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+            report.check(together("one fake host"), Err(format!("setup failed: {e}")));
             return;
         }
     };
-    let host_links = match stand_in_host_links(&raw, &scene) {
-        Ok(l) => l,
-        Err(e) => {
-            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
-            return;
+    let mut moved_by_example = Vec::new();
+    for ex in examples {
+        match stand_in_host_links(&ex.raw, &scene) {
+            Ok(l) => moved_by_example.push(l.moved),
+            Err(e) => {
+                report.check(together("one fake host"), Err(format!("setup failed: {e}")));
+                return;
+            }
         }
-    };
-    let rdma = types.iter().any(|t| t == "rdma-sriov");
-    let knobs = if rdma {
-        match FakeRdmaMachine::build(&scene) {
+    }
+    let rdma_count = examples.iter().filter(|ex| ex.is_rdma()).count();
+    let knobs = if rdma_count > 0 {
+        match FakeRdmaMachine::build(&scene, rdma_count) {
             Ok(k) => Some(k),
             Err(e) => {
-                report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+                report.check(together("one fake host"), Err(format!("setup failed: {e}")));
                 return;
             }
         }
     } else {
         None
     };
-    // Kept until the example has run; dropping it stops the member.
-    let etcd = match start_etcd_if_needed(&raw, &scene) {
+    // Kept until every example has run; dropping it stops the member.
+    let etcd = match start_etcd_if_needed(examples, &scene) {
         Ok(e) => e,
         Err(e) => {
-            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+            report.check(together("one fake host"), Err(format!("setup failed: {e}")));
             return;
         }
     };
     let endpoints = etcd.as_ref().map(|c| c.endpoints()).unwrap_or_default();
-    let run_list = match running_copy(&raw, &version, &scene, &endpoints) {
-        Ok(l) => l,
-        Err(e) => {
-            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
-            return;
-        }
-    };
     let cni = match runtime(&scene, knobs.as_ref()) {
         Ok(c) => c,
         Err(e) => {
-            report.check(id("validated and run"), Err(format!("setup failed: {e}")));
+            report.check(together("one fake host"), Err(format!("setup failed: {e}")));
             return;
         }
     };
-    report.check(
-        id("validates against the plugins (found, version claimed)"),
-        cni.validate_network_list(&run_list)
-            .map(|caps| {
-                if caps.is_empty() {
-                    version_note.clone()
-                } else {
-                    format!("{version_note}; capabilities {}", caps.join(", "))
-                }
-            })
-            .map_err(|e| e.to_string()),
-    );
+    let vlan_filtering = kernel_has_bridge_vlan_filtering();
 
+    let mut vfs = knobs.iter().flat_map(|k| k.vfs.iter().cloned());
+    let mut attached = Vec::new();
+    for (index, (ex, moved)) in examples.iter().zip(moved_by_example).enumerate() {
+        let vf = if ex.is_rdma() { vfs.next() } else { None };
+        let host_port = FIRST_HOST_PORT.saturating_add(u16::try_from(index).unwrap_or(0));
+        if let Some(a) = add_one(
+            report,
+            &scene,
+            &cni,
+            ex,
+            &endpoints,
+            vf,
+            moved,
+            host_port,
+            &vlan_filtering,
+            knobs.is_some(),
+        ) {
+            attached.push(a);
+        }
+    }
+    for a in &attached {
+        check_one(report, &scene, &cni, a);
+    }
+    for a in attached.iter().rev() {
+        del_one(report, &scene, &cni, a);
+    }
+    report.check(
+        together("after every DEL, no veth is left in the fake host"),
+        scene.host_veths().and_then(|v| {
+            if v.is_empty() {
+                Ok(String::new())
+            } else {
+                Err(format!("host veths left: {v:?}"))
+            }
+        }),
+    );
+}
+
+/// Validates and adds one example into a pod of its own; `None` when
+/// nothing is left to check or delete.
+#[allow(clippy::too_many_arguments)]
+fn add_one<'a>(
+    report: &mut Report,
+    scene: &Scene,
+    cni: &CniConfig,
+    ex: &'a Example,
+    endpoints: &[String],
+    vf: Option<(String, String)>,
+    moved: Vec<String>,
+    host_port: u16,
+    vlan_filtering: &Result<bool, super::sandbox::SandboxError>,
+    fake_rdma: bool,
+) -> Option<Attached<'a>> {
+    let list = match running_copy(&ex.raw, scene, endpoints) {
+        Ok(l) => l,
+        Err(e) => {
+            report.check(
+                ex.id("validated and run"),
+                Err(format!("setup failed: {e}")),
+            );
+            return None;
+        }
+    };
+    let validated = cni
+        .validate_network_list(&list)
+        .map(|caps| {
+            let at = format!("at {}", list.cni_version);
+            if caps.is_empty() {
+                at
+            } else {
+                format!("{at}; capabilities {}", caps.join(", "))
+            }
+        })
+        .map_err(|e| {
+            format!(
+                "{e} (a runtime runs this file at {}, the highest of its versions it speaks)",
+                list.cni_version
+            )
+        });
+    let valid = validated.is_ok();
+    report.check(
+        ex.id("validates against the plugins (found, version claimed)"),
+        validated,
+    );
+    if !valid {
+        return None;
+    }
     let pod = match scene.pod("ex") {
         Ok(p) => p,
         Err(e) => {
-            report.check(id("ADD"), Err(format!("setup failed: {e}")));
-            return;
+            report.check(ex.id("ADD"), Err(format!("setup failed: {e}")));
+            return None;
         }
     };
-    let ifname = if types.iter().all(|t| t == "loopback") {
-        "lo"
-    } else {
-        "eth0"
-    };
-    let mut caps = Map::new();
-    let enabled: Vec<String> = raw["plugins"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let enabled: Vec<String> = plugins(&ex.raw)
         .flat_map(|p| {
             p["capabilities"]
                 .as_object()
@@ -301,60 +494,89 @@ fn one_example(
                 .collect::<Vec<_>>()
         })
         .collect();
+    let mut caps = Map::new();
     if enabled.iter().any(|c| c == "portMappings") {
         caps.insert(
             "portMappings".into(),
-            json!([{"hostPort": 18080, "containerPort": 8080, "protocol": "tcp"}]),
+            json!([{"hostPort": host_port, "containerPort": 8080, "protocol": "tcp"}]),
         );
     }
-    if let Some(k) = &knobs {
+    if let Some((pci, _)) = &vf {
         if enabled.iter().any(|c| c == "deviceID") {
-            caps.insert("deviceID".into(), json!(k.vf_pci));
+            caps.insert("deviceID".into(), json!(pci));
         }
     }
     let rt = RuntimeConf {
-        container_id: format!("suite-example-{}", run_list.name),
+        container_id: format!("suite-example-{}", list.name),
         netns: pod.path_string(),
-        ifname: ifname.into(),
+        ifname: ex.ifname().into(),
         args: Vec::new(),
         capability_args: caps,
     };
+    let veths_before = scene.host_veths().unwrap_or_default();
+    let mut attached = Attached {
+        example: ex,
+        list,
+        rt,
+        pod,
+        veths: Vec::new(),
+        vf,
+        moved,
+        result: None,
+    };
 
-    let wants_vlan = raw["plugins"].as_array().into_iter().flatten().any(|p| {
-        p["type"] == "bridge" && (p.get("vlan").is_some() || p.get("vlanTrunk").is_some())
-    });
-    if wants_vlan {
+    if ex.wants_vlan() {
         match vlan_filtering {
             Ok(false) => {
-                vlan_without_kernel_support(report, &id, &scene, &cni, &run_list, &rt, &pod);
-                return;
+                let added = cni.add_network_list(&attached.list, &attached.rt);
+                report.check(
+                    ex.id("ADD fails naming CONFIG_BRIDGE_VLAN_FILTERING (this kernel has no bridge VLAN filtering)"),
+                    match &added {
+                        Ok(r) => Err(format!("ADD succeeded: {}", result_json(r))),
+                        Err(e) if e.to_string().contains("CONFIG_BRIDGE_VLAN_FILTERING") => {
+                            Ok(format!("code {}", e.code().map(|c| c.as_u32()).unwrap_or(0)))
+                        }
+                        Err(e) => Err(format!(
+                            "the error does not name CONFIG_BRIDGE_VLAN_FILTERING: {e}"
+                        )),
+                    },
+                );
+                attached.veths = new_veths(scene, &veths_before);
+                return Some(attached);
             }
             Ok(true) => {}
             Err(e) => {
                 report.check(
-                    id("ADD"),
+                    ex.id("ADD"),
                     Err(format!("cannot probe bridge VLAN filtering: {e}")),
                 );
-                return;
+                return None;
             }
         }
     }
 
-    let how = if knobs.is_some() {
+    let how = if ex.is_rdma() {
         " (with rdma-sriov's test-only fake knobs: fake sysfs, simulated PF and RDMA, a veth as the VF netdev)"
     } else {
         ""
     };
-    let added = cni.add_network_list(&run_list, &rt).map_err(|e| match &knobs {
-        // Without the feature the plugin ignores the fake knobs and finds no
-        // RDMA subsystem in this kernel.
-        Some(_) => format!(
-            "{e} (the simulated PF/RDMA layer needs an rdma-sriov built with its fake-hardware feature: `cargo build -p rdma-sriov --features fake-hardware`)"
-        ),
-        None => e.to_string(),
-    });
+    let added = cni
+        .add_network_list(&attached.list, &attached.rt)
+        .map_err(|e| {
+            if ex.is_rdma() && fake_rdma {
+                // Without the feature the plugin ignores the fake knobs and
+                // finds no RDMA subsystem in this kernel.
+                format!(
+                    "{e} (the simulated PF/RDMA layer needs an rdma-sriov built with its fake-hardware feature: `cargo build -p rdma-sriov --features fake-hardware`)"
+                )
+            } else {
+                e.to_string()
+            }
+        });
     report.check(
-        id(&format!("ADD succeeds{how}")),
+        ex.id(&format!(
+            "ADD succeeds, with every example before it attached{how}"
+        )),
         added
             .as_ref()
             .map(|r| {
@@ -367,55 +589,81 @@ fn one_example(
             })
             .map_err(Clone::clone),
     );
-    let Ok(result) = added else {
-        let _ = cni.del_network_list(&run_list, &rt);
+    attached.veths = new_veths(scene, &veths_before);
+    attached.result = added.ok();
+    Some(attached)
+}
+
+/// Host veths that are not in `before`.
+fn new_veths(scene: &Scene, before: &[String]) -> Vec<String> {
+    scene
+        .host_veths()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| !before.contains(v))
+        .collect()
+}
+
+/// With every example attached: the pod still has what its result says,
+/// and CHECK passes.
+fn check_one(report: &mut Report, scene: &Scene, cni: &CniConfig, a: &Attached) {
+    let Some(result) = &a.result else {
         return;
     };
+    let ex = a.example;
+    let ifname = ex.ifname();
     report.check(
-        id("the pod has the interface and addresses of the result"),
-        pod_matches(&pod, ifname, &result_json(&result)),
+        ex.id("the pod has the interface and addresses of the result, with every example attached"),
+        pod_matches(&a.pod, ifname, &result_json(result)),
     );
-    if let Some(k) = &knobs {
+    if let Some((pci, netdev)) = &a.vf {
         report.check(
-            id("runtimeConfig.deviceID (capability `deviceID`) picks the VF"),
-            (|| {
-                let in_host = scene.has_link(&scene.host, &k.vf_netdev)?;
-                if in_host {
-                    Err(format!(
-                        "{} (the VF of {}) is still in the host",
-                        k.vf_netdev, k.vf_pci
-                    ))
-                } else {
-                    Ok(format!("{} moved into the pod as {ifname}", k.vf_netdev))
-                }
-            })(),
+            ex.id("runtimeConfig.deviceID (capability `deviceID`) picks the VF"),
+            match scene.has_link(&scene.host, netdev) {
+                Ok(true) => Err(format!("{netdev} (the VF of {pci}) is still in the host")),
+                Ok(false) => Ok(format!("{netdev} moved into the pod as {ifname}")),
+                Err(e) => Err(e),
+            },
         );
     }
-    let rail = wants_rail(&raw);
-    if rail {
+    if wants_rail(&ex.raw) {
         report.check(
-            id("the rail has its sysctls, and a rule from each address to a table of its own"),
-            rail_routing(&pod, ifname, &result_json(&result)),
+            ex.id("the rail has its sysctls, and a rule from each address to a table of its own"),
+            rail_routing(&a.pod, ifname, &result_json(result)),
         );
     }
-    if version_at_least(&version, "0.4.0") && !run_list.disable_check {
+    if version_at_least(&a.list.cni_version, "0.4.0") && !a.list.disable_check {
         report.check(
-            id("CHECK succeeds"),
-            cni.check_network_list(&run_list, &rt)
+            ex.id("CHECK succeeds"),
+            cni.check_network_list(&a.list, &a.rt)
                 .map(|_| String::new())
                 .map_err(|e| e.to_string()),
         );
     }
+}
+
+/// DEL, and what it must have undone of this example alone.
+fn del_one(report: &mut Report, scene: &Scene, cni: &CniConfig, a: &Attached) {
+    let ex = a.example;
+    let ifname = ex.ifname();
+    let id = if a.result.is_some() {
+        ex.id("DEL succeeds and leaves nothing behind")
+    } else {
+        ex.id("DEL after the failed ADD leaves nothing behind")
+    };
     report.check(
-        id("DEL succeeds and leaves nothing behind"),
-        cni.del_network_list(&run_list, &rt)
+        id,
+        cni.del_network_list(&a.list, &a.rt)
             .map_err(|e| e.to_string())
-            .and_then(|_| leftovers(&scene, &pod, ifname, &run_list.name)),
+            .and_then(|_| leftovers(scene, &a.pod, ifname, &a.list.name, &a.veths)),
     );
-    if rail {
+    if a.result.is_none() {
+        return;
+    }
+    if wants_rail(&ex.raw) {
         report.check(
-            id("DEL removes the rail's rules"),
-            source_rules(&pod).and_then(|rules| {
+            ex.id("DEL removes the rail's rules"),
+            source_rules(&a.pod).and_then(|rules| {
                 if rules.is_empty() {
                     Ok(String::new())
                 } else {
@@ -424,9 +672,9 @@ fn one_example(
             }),
         );
     }
-    for device in &host_links.moved {
+    for device in &a.moved {
         report.check(
-            id(&format!("DEL gives {device} back to the host")),
+            ex.id(&format!("DEL gives {device} back to the host")),
             match scene.has_link(&scene.host, device) {
                 Ok(true) => Ok(String::new()),
                 Ok(false) => Err(format!("{device} is not back in the host")),
@@ -434,44 +682,16 @@ fn one_example(
             },
         );
     }
-    if let Some(k) = &knobs {
+    if let Some((_, netdev)) = &a.vf {
         report.check(
-            id("DEL gives the VF back to the host"),
-            match scene.has_link(&scene.host, &k.vf_netdev) {
+            ex.id("DEL gives the VF back to the host"),
+            match scene.has_link(&scene.host, netdev) {
                 Ok(true) => Ok(String::new()),
-                Ok(false) => Err(format!("{} is not back in the host", k.vf_netdev)),
+                Ok(false) => Err(format!("{netdev} is not back in the host")),
                 Err(e) => Err(e),
             },
         );
     }
-}
-
-fn vlan_without_kernel_support(
-    report: &mut Report,
-    id: &dyn Fn(&str) -> String,
-    scene: &Scene,
-    cni: &CniConfig,
-    list: &NetworkConfigList,
-    rt: &RuntimeConf,
-    pod: &Netns,
-) {
-    let added = cni.add_network_list(list, rt);
-    report.check(
-        id("ADD fails naming CONFIG_BRIDGE_VLAN_FILTERING (this kernel has no bridge VLAN filtering)"),
-        match &added {
-            Ok(r) => Err(format!("ADD succeeded: {}", result_json(r))),
-            Err(e) if e.to_string().contains("CONFIG_BRIDGE_VLAN_FILTERING") => {
-                Ok(format!("code {}", e.code().map(|c| c.as_u32()).unwrap_or(0)))
-            }
-            Err(e) => Err(format!("the error does not name CONFIG_BRIDGE_VLAN_FILTERING: {e}")),
-        },
-    );
-    report.check(
-        id("DEL after the failed ADD leaves nothing behind"),
-        cni.del_network_list(list, rt)
-            .map_err(|e| e.to_string())
-            .and_then(|_| leftovers(scene, pod, "eth0", &list.name)),
-    );
 }
 
 /// The host links a file's plugins name, made as veths in the fake host.
@@ -601,7 +821,15 @@ fn pod_matches(pod: &Netns, ifname: &str, result: &Value) -> Step<String> {
     }
 }
 
-fn leftovers(scene: &Scene, pod: &Netns, ifname: &str, network: &str) -> Step<String> {
+/// What DEL must have undone of one example while others are attached:
+/// its pod interface, its leases and the host veths its ADD made.
+fn leftovers(
+    scene: &Scene,
+    pod: &Netns,
+    ifname: &str,
+    network: &str,
+    veths: &[String],
+) -> Step<String> {
     if ifname != "lo" && scene.has_link(pod, ifname)? {
         return Err(format!("pod still has {ifname}"));
     }
@@ -609,26 +837,19 @@ fn leftovers(scene: &Scene, pod: &Netns, ifname: &str, network: &str) -> Step<St
     if !leased.is_empty() {
         return Err(format!("leases left: {leased:?}"));
     }
-    let veths = scene.host_veths()?;
-    if !veths.is_empty() {
-        return Err(format!("host veths left: {veths:?}"));
+    let host = scene.host_veths()?;
+    let left: Vec<&String> = veths.iter().filter(|v| host.contains(v)).collect();
+    if !left.is_empty() {
+        return Err(format!("host veths left: {left:?}"));
     }
     Ok(String::new())
 }
 
-/// The file as it runs here: at `version`, host-local's store in the
+/// The file as it runs here: at the version a runtime picks from it
+/// (`cniVersion` and `cniVersions` untouched), host-local's store in the
 /// scenario's folder.
-fn running_copy(
-    raw: &Value,
-    version: &str,
-    scene: &Scene,
-    etcd_endpoints: &[String],
-) -> Step<NetworkConfigList> {
+fn running_copy(raw: &Value, scene: &Scene, etcd_endpoints: &[String]) -> Step<NetworkConfigList> {
     let mut copy = raw.clone();
-    copy["cniVersion"] = json!(version);
-    if let Some(o) = copy.as_object_mut() {
-        o.remove("cniVersions");
-    }
     if let Some(plugins) = copy["plugins"].as_array_mut() {
         for p in plugins {
             if p["ipam"]["type"] == "host-local" {
@@ -650,13 +871,15 @@ fn running_copy(
 }
 
 /// One etcd member inside the scene's fake host (the plugins run there,
-/// so its loopback is theirs), when a plugin of the file uses cluster-ipam.
-fn start_etcd_if_needed(raw: &Value, scene: &Scene) -> Step<Option<etcd_cluster::EtcdCluster>> {
-    let wanted = raw["plugins"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|p| p["ipam"]["type"] == "cluster-ipam");
+/// so its loopback is theirs), when a plugin of an example uses
+/// cluster-ipam.
+fn start_etcd_if_needed(
+    examples: &[&Example],
+    scene: &Scene,
+) -> Step<Option<etcd_cluster::EtcdCluster>> {
+    let wanted = examples
+        .iter()
+        .any(|ex| plugins(&ex.raw).any(|p| p["ipam"]["type"] == "cluster-ipam"));
     if !wanted {
         return Ok(None);
     }
@@ -684,20 +907,21 @@ fn runtime(scene: &Scene, knobs: Option<&FakeRdmaMachine>) -> Step<CniConfig> {
 }
 
 /// What rdma-sriov's test-only knobs point at: a fake sysfs with one PF
-/// (`pf0`) and two VFs whose netdevs are veths in the fake host, and a
-/// simulated PF/RDMA layer (a JSON world file) in exclusive RDMA mode.
+/// (`pf0`) and a VF per rdma-sriov example whose netdevs are veths in the
+/// fake host, and a simulated PF/RDMA layer (a JSON world file) in
+/// exclusive RDMA mode.
 struct FakeRdmaMachine {
     sysfs: PathBuf,
     state: PathBuf,
     world: PathBuf,
-    vf_pci: String,
-    vf_netdev: String,
+    /// Each VF's PCI address and netdev.
+    vfs: Vec<(String, String)>,
 }
 
 const PF_PCI: &str = "0000:af:00.0";
 
 impl FakeRdmaMachine {
-    fn build(scene: &Scene) -> Step<FakeRdmaMachine> {
+    fn build(scene: &Scene, vf_count: usize) -> Step<FakeRdmaMachine> {
         let root = scene.work.join("rdma");
         let sysfs = root.join("sys");
         let io = |e: std::io::Error| e.to_string();
@@ -709,8 +933,10 @@ impl FakeRdmaMachine {
             std::fs::create_dir_all(sysfs.join("bus/pci/drivers").join(driver)).map_err(io)?;
         }
         let mut devices = Vec::new();
-        for index in 0..2u32 {
-            let vf = format!("0000:af:00.{}", index + 2);
+        let mut vfs = Vec::new();
+        for index in 0..vf_count {
+            // Functions 2.. of the PF's slot, then the next slots.
+            let vf = format!("0000:af:{:02x}.{}", (index + 2) / 8, (index + 2) % 8);
             let netdev = format!("vf{index}");
             let dir = pci(&vf);
             std::fs::create_dir_all(dir.join("net").join(&netdev)).map_err(io)?;
@@ -723,6 +949,7 @@ impl FakeRdmaMachine {
             )
             .map_err(io)?;
             symlink(sysfs.join("bus/pci/drivers/mlx5_core"), dir.join("driver")).map_err(io)?;
+            vfs.push((vf.clone(), netdev.clone()));
             scene
                 .host
                 .ip(&[
@@ -742,7 +969,7 @@ impl FakeRdmaMachine {
         }
         let world = root.join("world.json");
         let model = json!({
-            "pfs": {"pf0": {"vfs": [{}, {}]}},
+            "pfs": {"pf0": {"vfs": vec![json!({}); vf_count]}},
             "rdma": {"mode": "exclusive", "devices": devices},
             "calls": [],
         });
@@ -751,8 +978,91 @@ impl FakeRdmaMachine {
             sysfs,
             state: root.join("state"),
             world,
-            vf_pci: "0000:af:00.2".into(),
-            vf_netdev: "vf0".into(),
+            vfs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example(name: &str, raw: Value) -> Example {
+        Example {
+            name: name.into(),
+            raw,
+        }
+    }
+
+    fn bridge(bridge: Option<&str>, ipam: Value) -> Value {
+        let mut plugin = json!({"type": "bridge", "ipam": ipam});
+        if let Some(b) = bridge {
+            plugin["bridge"] = json!(b);
+        }
+        json!({"cniVersion": "1.0.0", "name": "n", "plugins": [plugin]})
+    }
+
+    #[test]
+    fn networks_that_collide_on_one_node_are_named() {
+        let folder = [
+            example(
+                "10-a.conflist",
+                bridge(
+                    None,
+                    json!({"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]]}),
+                ),
+            ),
+            example(
+                "50-b.conf",
+                bridge(
+                    None,
+                    json!({"type": "host-local", "subnet": "10.22.0.0/16"}),
+                ),
+            ),
+            example(
+                "60-c.conflist",
+                json!({"cniVersion": "1.0.0", "name": "c", "plugins": [{
+                    "type": "macvlan", "master": "eth1",
+                    "ipam": {"type": "static", "addresses": [{"address": "10.22.5.9/24"}]}
+                }]}),
+            ),
+        ];
+        assert_eq!(
+            distinct_networks(&folder).unwrap_err(),
+            "10-a.conflist uses 10.88.0.0/16, inside Podman's default network 10.88.0.0/16; \
+             10-a.conflist and 50-b.conf both use bridge cni0; \
+             50-b.conf (10.22.0.0/16) and 60-c.conflist (10.22.5.0/24) overlap"
+        );
+        let apart = [
+            example(
+                "10-a.conflist",
+                bridge(
+                    Some("cni-a0"),
+                    json!({"type": "host-local", "ranges": [[{"subnet": "10.85.0.0/16"}], [{"subnet": "fd00:85::/64"}]]}),
+                ),
+            ),
+            example(
+                "20-b.conflist",
+                bridge(
+                    Some("cni-b0"),
+                    json!({"type": "host-local", "ranges": [[{"subnet": "10.86.0.0/24"}], [{"subnet": "fd00:86::/64"}]]}),
+                ),
+            ),
+            example("40-l2.conflist", bridge(Some("cni-l2"), json!({}))),
+        ];
+        assert_eq!(distinct_networks(&apart).unwrap(), "3 files");
+    }
+
+    #[test]
+    fn binaries_include_ipam_types_once() {
+        let raw = json!({"plugins": [
+            {"type": "bridge", "ipam": {"type": "host-local"}},
+            {"type": "portmap"},
+            {"type": "tuning", "ipam": {"type": "host-local"}}
+        ]});
+        assert_eq!(
+            binary_types(&raw),
+            vec!["bridge", "portmap", "tuning", "host-local"]
+        );
     }
 }
