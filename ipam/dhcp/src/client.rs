@@ -135,7 +135,14 @@ fn open_socket(link: &LinkInfo) -> Result<PacketSocket, ClientError> {
 fn message(identity: &Identity, mac: &[u8], kind: MessageType, xid: u32) -> Message {
     let chaddr = &mac[..mac.len().min(16)];
     let unspecified = Ipv4Addr::UNSPECIFIED;
-    let mut msg = Message::new_with_id(xid, unspecified, unspecified, unspecified, unspecified, chaddr);
+    let mut msg = Message::new_with_id(
+        xid,
+        unspecified,
+        unspecified,
+        unspecified,
+        unspecified,
+        chaddr,
+    );
     msg.set_opcode(Opcode::BootRequest);
     let opts = msg.opts_mut();
     opts.insert(DhcpOption::MessageType(kind));
@@ -207,7 +214,12 @@ fn exchange(
     // Replies to a client without an address must be broadcast.
     discover.set_flags(Flags::default().set_broadcast());
     socket
-        .send(&discover, Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, BROADCAST_MAC)
+        .send(
+            &discover,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            BROADCAST_MAC,
+        )
         .map_err(socket_error)?;
     let offer = socket
         .receive(
@@ -227,7 +239,12 @@ fn exchange(
         .opts_mut()
         .insert(DhcpOption::ServerIdentifier(server));
     socket
-        .send(&request, Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, BROADCAST_MAC)
+        .send(
+            &request,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            BROADCAST_MAC,
+        )
         .map_err(socket_error)?;
     let ack = socket
         .receive(
@@ -318,7 +335,12 @@ fn has_address(ifindex: u32, ip: Ipv4Addr) -> bool {
 /// REBINDING (broadcast, `ciaddr`) when the address is on the interface;
 /// otherwise an INIT-REBOOT request for it (broadcast, option 50), which
 /// every server answers by broadcast.
-pub fn extend(identity: &Identity, lease: &Ack, how: Extend, timeout: Duration) -> Result<Ack, ClientError> {
+pub fn extend(
+    identity: &Identity,
+    lease: &Ack,
+    how: Extend,
+    timeout: Duration,
+) -> Result<Ack, ClientError> {
     let netns = NetNs::open(&identity.netns)?;
     netns.run(|| {
         let link = up_link(&identity.ifname)?;

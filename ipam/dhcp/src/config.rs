@@ -190,8 +190,14 @@ mod tests {
         assert_eq!(
             conf.sent,
             [
-                SentOption { code: 12, value: b"web=1".to_vec() },
-                SentOption { code: 60, value: b"vendor".to_vec() },
+                SentOption {
+                    code: 12,
+                    value: b"web=1".to_vec()
+                },
+                SentOption {
+                    code: 60,
+                    value: b"vendor".to_vec()
+                },
             ]
         );
         assert_eq!(conf.requested, [121, 33]);
@@ -200,14 +206,27 @@ mod tests {
     #[test]
     fn errors() {
         let bad_name = load(r#"{"request":[{"option":"doNotparseMe"}]}"#, "").unwrap_err();
-        assert!(bad_name.to_string().starts_with("Can not parse option \"doNotparseMe\""));
+        assert!(bad_name
+            .to_string()
+            .starts_with("Can not parse option \"doNotparseMe\""));
         let long = "v".repeat(256);
-        let too_long = load(&format!(r#"{{"provide":[{{"option":"12","value":"{long}"}}]}}"#), "")
-            .unwrap_err();
-        assert!(too_long.to_string().starts_with("value too long for option \"12\""));
-        assert!(matches!(load(r#"{"priority":"x"}"#, ""), Err(ConfigError::Decode(_))));
+        let too_long = load(
+            &format!(r#"{{"provide":[{{"option":"12","value":"{long}"}}]}}"#),
+            "",
+        )
+        .unwrap_err();
+        assert!(too_long
+            .to_string()
+            .starts_with("value too long for option \"12\""));
+        assert!(matches!(
+            load(r#"{"priority":"x"}"#, ""),
+            Err(ConfigError::Decode(_))
+        ));
         let missing = DhcpConfig::load(br#"{"name":"n"}"#, "").unwrap_err();
         assert!(matches!(missing, ConfigError::MissingIpam));
-        assert!(matches!(DhcpConfig::load(b"{", ""), Err(ConfigError::Decode(_))));
+        assert!(matches!(
+            DhcpConfig::load(b"{", ""),
+            Err(ConfigError::Decode(_))
+        ));
     }
 }

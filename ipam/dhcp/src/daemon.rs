@@ -449,7 +449,12 @@ impl Daemon {
         let bound_at = lease::unix_now();
         let ack = client::acquire(&identity, self.flags.timing).map_err(|e| e.to_string())?;
         let record = LeaseRecord::new(&identity, &who, &ack, config.priority, bound_at);
-        log::info!("{client_id}: leased {}/{} for {} s", ack.ip, ack.mask, ack.lease_secs);
+        log::info!(
+            "{client_id}: leased {}/{} for {} s",
+            ack.ip,
+            ack.mask,
+            ack.lease_secs
+        );
         if let Err(e) = self.store.save(&record) {
             // Served anyway: only a restart would lose it, as with the reference.
             log::error!("{client_id}: cannot save lease: {e}");

@@ -55,7 +55,13 @@ pub fn unix_now() -> u64 {
 
 impl LeaseRecord {
     /// The record of a new lease; `priority` is the routes' metric.
-    pub fn new(identity: &Identity, who: &Who, ack: &Ack, priority: u32, bound_at: u64) -> LeaseRecord {
+    pub fn new(
+        identity: &Identity,
+        who: &Who,
+        ack: &Ack,
+        priority: u32,
+        bound_at: u64,
+    ) -> LeaseRecord {
         let mut record = LeaseRecord {
             client_id: identity.client_id.clone(),
             container_id: who.container_id.clone(),
@@ -196,10 +202,9 @@ impl Store {
                 continue;
             }
             let path = entry.path();
-            match fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|data| serde_json::from_slice::<LeaseRecord>(&data).map_err(|e| e.to_string()))
-            {
+            match fs::read(&path).map_err(|e| e.to_string()).and_then(|data| {
+                serde_json::from_slice::<LeaseRecord>(&data).map_err(|e| e.to_string())
+            }) {
                 Ok(record) => records.push(record),
                 Err(e) => {
                     log::warn!("dropping unreadable lease file {}: {e}", path.display());
@@ -249,14 +254,20 @@ mod tests {
         };
         let record = LeaseRecord::new(&identity, &who, &ack(), 0, 1000);
         assert_eq!(record.result.ips[0].address.to_string(), "192.168.1.5/24");
-        assert_eq!(record.result.ips[0].gateway, Some("192.168.1.1".parse().unwrap()));
+        assert_eq!(
+            record.result.ips[0].gateway,
+            Some("192.168.1.1".parse().unwrap())
+        );
         assert_eq!(record.result.routes.len(), 1);
-        assert_eq!((record.renew_at(), record.rebind_at(), record.expires_at()), (1060, 1105, 1120));
+        assert_eq!(
+            (record.renew_at(), record.rebind_at(), record.expires_at()),
+            (1060, 1105, 1120)
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path());
         store.save(&record).unwrap();
-        assert_eq!(store.load_all().unwrap(), [record.clone()]);
+        assert_eq!(store.load_all().unwrap(), std::slice::from_ref(&record));
         fs::write(dir.path().join("broken.json"), b"{").unwrap();
         assert_eq!(store.load_all().unwrap().len(), 1);
         assert!(!dir.path().join("broken.json").exists());

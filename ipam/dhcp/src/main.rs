@@ -163,12 +163,16 @@ impl Plugin for Dhcp {
             Ok(_) => Ok(()),
             // The Go daemon answered: it is there.
             Err(e) if e.is_unknown_method() => Ok(()),
-            Err(source @ (RpcError::Dial(_) | RpcError::Io(_) | RpcError::Gob(_) | RpcError::Protocol(_) | RpcError::Remote(_))) => {
-                Err(DhcpError::Unavailable {
-                    socket: config.socket_path.clone(),
-                    source,
-                })
-            }
+            Err(
+                source @ (RpcError::Dial(_)
+                | RpcError::Io(_)
+                | RpcError::Gob(_)
+                | RpcError::Protocol(_)
+                | RpcError::Remote(_)),
+            ) => Err(DhcpError::Unavailable {
+                socket: config.socket_path.clone(),
+                source,
+            }),
         }
     }
 }

@@ -16,7 +16,10 @@ pub const MAX_OPTION_VALUE_BYTES: usize = 255;
 pub enum OptionError {
     /// Go's `strconv.ParseUint` texts, as the reference prints them.
     #[error("Can not parse option {option:?}: Can not parse option: strconv.ParseUint: parsing {option:?}: {reason}")]
-    Name { option: String, reason: &'static str },
+    Name {
+        option: String,
+        reason: &'static str,
+    },
     #[error("value too long for option {option:?}: {value:?}")]
     ValueTooLong { option: String, value: String },
 }
@@ -185,7 +188,12 @@ mod tests {
         let routes = routes_from(&opts, 0);
         let pairs: Vec<(String, String)> = routes
             .iter()
-            .map(|r| (r.dst.to_string(), r.gw.map(|g| g.to_string()).unwrap_or_default()))
+            .map(|r| {
+                (
+                    r.dst.to_string(),
+                    r.gw.map(|g| g.to_string()).unwrap_or_default(),
+                )
+            })
             .collect();
         assert_eq!(
             pairs,
@@ -194,8 +202,14 @@ mod tests {
                 ("192.168.1.0/24".to_string(), "192.168.2.3".to_string())
             ]
         );
-        assert_eq!(classful("172.16.5.0".parse().unwrap()).to_string(), "172.16.0.0/16");
-        assert_eq!(classful("224.0.0.1".parse().unwrap()).to_string(), "224.0.0.1/32");
+        assert_eq!(
+            classful("172.16.5.0".parse().unwrap()).to_string(),
+            "172.16.0.0/16"
+        );
+        assert_eq!(
+            classful("224.0.0.1".parse().unwrap()).to_string(),
+            "224.0.0.1/32"
+        );
     }
 
     #[test]

@@ -59,8 +59,9 @@ impl PacketSocket {
     /// Opens the socket on interface `ifindex` of the calling thread's
     /// network namespace (it stays tied to that namespace).
     pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
-        let ifindex = i32::try_from(ifindex)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index too large"))?;
+        let ifindex = i32::try_from(ifindex).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "interface index too large")
+        })?;
         // SAFETY: plain socket(2) call; the result is checked.
         let raw = unsafe {
             libc::socket(
@@ -176,7 +177,7 @@ impl PacketSocket {
                 }
                 return Err(error);
             }
-            if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if from.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             let Some(payload) = udp_payload(&buffer[..length as usize], CLIENT_PORT) else {

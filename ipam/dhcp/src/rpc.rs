@@ -102,6 +102,11 @@ static ROUTES: SliceType = SliceType {
     elem: Type::Struct(&ROUTE),
 };
 
+/// The version a reply's result claims: the Go plugins of before CNI 1.1
+/// convert results from 1.0.0 but not from 1.1.0, and both versions have
+/// the same result shape.
+const WIRE_RESULT_VERSION: &str = "1.0.0";
+
 /// `types100.Result` as far as the daemon fills it.
 pub static RESULT: StructType = StructType {
     name: "Result",
@@ -255,7 +260,7 @@ pub fn result_to_value(result: &v100::Result) -> Value {
     Value::Struct(vec![
         (
             "CNIVersion".into(),
-            Value::String(result.cni_version.as_str().to_string()),
+            Value::String(WIRE_RESULT_VERSION.to_string()),
         ),
         ("IPs".into(), Value::List(ips)),
         ("Routes".into(), Value::List(routes)),
@@ -353,7 +358,10 @@ pub type Reply = Result<(Type, Value), String>;
 
 /// Serves one connection: the HTTP CONNECT, then calls until the client
 /// closes. `handle` gets the method name and the decoded arguments.
-pub fn serve(mut stream: UnixStream, handle: &dyn Fn(&str, &Value) -> Reply) -> Result<(), RpcError> {
+pub fn serve(
+    mut stream: UnixStream,
+    handle: &dyn Fn(&str, &Value) -> Reply,
+) -> Result<(), RpcError> {
     let head = read_head(&mut stream)?;
     let request_line = head.lines().next().unwrap_or("");
     if !request_line.starts_with("CONNECT ") {
@@ -427,9 +435,22 @@ mod tests {
         assert_eq!(ip_from_bytes(&[1, 2, 3]), None);
         let net = Value::Struct(vec![
             ("IP".into(), Value::Bytes(mapped.to_vec())),
-            ("Mask".into(), Value::Bytes([0xff; 16][..].iter().take(12).copied().chain([255, 255, 255, 0]).collect())),
+            (
+                "Mask".into(),
+                Value::Bytes(
+                    [0xff; 16][..]
+                        .iter()
+                        .take(12)
+                        .copied()
+                        .chain([255, 255, 255, 0])
+                        .collect(),
+                ),
+            ),
         ]);
-        assert_eq!(ip_net_from_value(&net).unwrap(), "10.0.0.1/24".parse().unwrap());
+        assert_eq!(
+            ip_net_from_value(&net).unwrap(),
+            "10.0.0.1/24".parse().unwrap()
+        );
     }
 
     #[test]

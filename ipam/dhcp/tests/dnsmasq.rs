@@ -1,0 +1,310 @@
+//! Our plugin and daemon against a real dnsmasq: the scenarios of the
+//! reference's dhcp tests (a lease of 192.168.1.5/24, concurrent DELs,
+//! "no more tries" when the pool is empty), renewal, release, leases kept
+//! across a daemon restart, CHECK without acquiring, GC and STATUS.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use conformance::testnet::{PluginCall, ALL_VERSIONS};
+use serde_json::json;
+
+#[test]
+fn lease_in_every_version_and_release_on_del() {
+    let mut lab = Lab::start("dh-v", "192.168.1.20", None);
+    let ct = lab.container("dh-vc", "eth0");
+    let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
+    for version in ALL_VERSIONS {
+        let conf = conf(version, &daemon.socket);
+        let out = run(&ours(), "ADD", &ct, "ctr-v", "eth0", &conf);
+        out.assert_ok();
+        let result = out.json();
+        assert_eq!(address_of(&result), "192.168.1.5/24", "{version}: {result}");
+        assert_eq!(result["cniVersion"], version);
+        if version >= "0.3.0" {
+            assert_eq!(
+                result["ips"][0]["gateway"], SERVER_IP,
+                "{version}: {result}"
+            );
+            assert_eq!(
+                result["routes"],
+                json!([{"dst": "0.0.0.0/0", "gw": SERVER_IP}]),
+                "{version}"
+            );
+        }
+        assert!(lab.leased(FIRST_IP), "{version}: dnsmasq has the lease");
+        run(&ours(), "DEL", &ct, "ctr-v", "eth0", &conf).assert_ok();
+        assert!(
+            wait_for(Duration::from_secs(5), || !lab.leased(FIRST_IP)),
+            "{version}: DEL released the lease: {:?}",
+            lab.leases()
+        );
+    }
+    assert!(lab.count("DHCPRELEASE(dhcpbr0) 192.168.1.5") >= ALL_VERSIONS.len());
+}
+
+#[test]
+fn concurrent_dels_all_succeed() {
+    let mut lab = Lab::start("dh-d", "192.168.1.20", None);
+    let ct = lab.container("dh-dc", "eth0");
+    let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-d", "eth0", &conf).assert_ok();
+    std::thread::scope(|scope| {
+        let dels: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| run(&ours(), "DEL", &ct, "ctr-d", "eth0", &conf)))
+            .collect();
+        for del in dels {
+            del.join().expect("DEL thread").assert_ok();
+        }
+    });
+    run(&ours(), "DEL", &ct, "ctr-d", "eth0", &conf).assert_ok();
+    assert!(wait_for(Duration::from_secs(5), || !lab.leased(FIRST_IP)));
+    // Released once: the other DELs found nothing to release.
+    assert_eq!(lab.count("DHCPRELEASE(dhcpbr0) 192.168.1.5"), 1);
+}
+
+#[test]
+fn renewal_reaches_the_server() {
+    let mut lab = Lab::start("dh-r", "192.168.1.20", Some(3));
+    let ct = lab.container("dh-rc", "eth0");
+    let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-r", "eth0", &conf).assert_ok();
+    let first_expiry = lab.expiry_of(FIRST_IP).expect("leased");
+    let acks = lab.count("DHCPACK(dhcpbr0) 192.168.1.5");
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            lab.count("DHCPACK(dhcpbr0) 192.168.1.5") > acks
+                && lab.expiry_of(FIRST_IP).is_some_and(|e| e > first_expiry)
+        }),
+        "no renewal: {:?}\n{}",
+        lab.leases(),
+        daemon.log_text()
+    );
+    assert!(daemon.log_text().contains("extended (Renew)"));
+    run(&ours(), "DEL", &ct, "ctr-r", "eth0", &conf).assert_ok();
+}
+
+/// The reference's "lease unavailable" test: one address, two interfaces.
+#[test]
+fn empty_pool_is_no_more_tries() {
+    let mut lab = Lab::start("dh-u", FIRST_IP, None);
+    let first = lab.container("dh-u1", "eth0");
+    let second = lab.container("dh-u2", "eth1");
+    let daemon = Daemon::ours(
+        lab.dir.path(),
+        &lab.dir.path().join("state"),
+        &[
+            "-timeout",
+            "2s",
+            "-resendmax",
+            "8s",
+            "--resendtimeout",
+            "10s",
+        ],
+    );
+    let conf = conf("1.0.0", &daemon.socket);
+    let out = run(&ours(), "ADD", &first, "ctr-u", "eth0", &conf);
+    assert_eq!(address_of(&out.assert_ok().json()), "192.168.1.5/24");
+    let out = run(&ours(), "ADD", &second, "ctr-u", "eth1", &conf);
+    assert_eq!(out.error_code(), 999);
+    assert_eq!(
+        out.json()["msg"],
+        "error calling DHCP.Allocate: no more tries"
+    );
+    run(&ours(), "DEL", &second, "ctr-u", "eth1", &conf).assert_ok();
+    run(&ours(), "DEL", &first, "ctr-u", "eth0", &conf).assert_ok();
+}
+
+#[test]
+fn leases_kept_across_daemon_restart() {
+    let mut lab = Lab::start("dh-k", "192.168.1.20", Some(3));
+    let ct = lab.container("dh-kc", "eth0");
+    let state = lab.dir.path().join("state");
+    let mut daemon = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    let out = run(&ours(), "ADD", &ct, "ctr-k", "eth0", &conf);
+    assert_eq!(address_of(&out.assert_ok().json()), "192.168.1.5/24");
+    daemon.stop();
+    assert!(!daemon.socket.exists(), "SIGTERM removes the socket");
+    let stored = std::fs::read_dir(&state).expect("state dir").count();
+    assert_eq!(stored, 1, "the lease is on disk");
+
+    let discovers = lab.count("DHCPDISCOVER");
+    let acks = lab.count("DHCPACK(dhcpbr0) 192.168.1.5");
+    let restarted = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = common::conf("1.0.0", &restarted.socket);
+    // Renewal goes on under the new daemon ...
+    assert!(
+        wait_for(Duration::from_secs(30), || lab
+            .count("DHCPACK(dhcpbr0) 192.168.1.5")
+            > acks),
+        "no renewal after restart: {}",
+        restarted.log_text()
+    );
+    assert!(restarted
+        .log_text()
+        .contains("resuming lease of 192.168.1.5"));
+    // ... and ADD of the same attachment gets the same lease, no new DISCOVER.
+    let out = run(&ours(), "ADD", &ct, "ctr-k", "eth0", &conf);
+    assert_eq!(address_of(&out.assert_ok().json()), "192.168.1.5/24");
+    assert_eq!(lab.count("DHCPDISCOVER"), discovers);
+    run(&ours(), "DEL", &ct, "ctr-k", "eth0", &conf).assert_ok();
+    assert!(wait_for(Duration::from_secs(5), || !lab.leased(FIRST_IP)));
+    assert_eq!(std::fs::read_dir(&state).expect("state dir").count(), 0);
+}
+
+#[test]
+fn restart_forgets_leases_whose_interface_is_gone() {
+    let mut lab = Lab::start("dh-g", "192.168.1.20", None);
+    let ct = lab.container("dh-gc", "eth0");
+    let state = lab.dir.path().join("state");
+    let mut daemon = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-g", "eth0", &conf).assert_ok();
+    daemon.stop();
+    drop(ct);
+    let restarted = Daemon::ours(lab.dir.path(), &state, &[]);
+    assert!(
+        wait_for(Duration::from_secs(5), || std::fs::read_dir(&state)
+            .map(|d| d.count() == 0)
+            .unwrap_or(false)),
+        "{}",
+        restarted.log_text()
+    );
+}
+
+#[test]
+fn check_never_acquires_and_gc_releases_stale_attachments() {
+    let mut lab = Lab::start("dh-c", "192.168.1.20", None);
+    let one = lab.container("dh-c1", "eth0");
+    let two = lab.container("dh-c2", "eth0");
+    let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
+    let conf = conf("1.1.0", &daemon.socket);
+
+    let out = run(&ours(), "CHECK", &one, "ctr-1", "eth0", &conf);
+    assert_eq!(out.error_code(), 999);
+    assert!(out.stdout.contains("no DHCP lease"), "{}", out.stdout);
+    assert!(lab.leases().is_empty(), "CHECK acquired nothing");
+    assert_eq!(lab.count("DHCPDISCOVER"), 0);
+
+    let first = run(&ours(), "ADD", &one, "ctr-1", "eth0", &conf);
+    let first = first.assert_ok().json();
+    run(&ours(), "ADD", &two, "ctr-2", "eth0", &conf).assert_ok();
+    assert!(lab.leased("192.168.1.6"));
+
+    let mut with_prev = conf.clone();
+    with_prev["prevResult"] = first.clone();
+    run(&ours(), "CHECK", &one, "ctr-1", "eth0", &with_prev).assert_ok();
+    let mut wrong = first.clone();
+    wrong["ips"][0]["address"] = json!("192.168.1.99/24");
+    with_prev["prevResult"] = wrong;
+    let out = run(&ours(), "CHECK", &one, "ctr-1", "eth0", &with_prev);
+    assert_eq!(out.error_code(), 100, "{}", out.stdout);
+
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "ctr-1", "ifname": "eth0"}]);
+    PluginCall::new("GC")
+        .stdin_json(&gc)
+        .run(&ours())
+        .assert_ok();
+    assert!(
+        wait_for(Duration::from_secs(5), || !lab.leased("192.168.1.6")),
+        "GC released the stale lease"
+    );
+    assert!(lab.leased(FIRST_IP), "GC kept the valid one");
+    run(&ours(), "DEL", &one, "ctr-1", "eth0", &conf).assert_ok();
+}
+
+#[test]
+fn status_and_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ct = conformance::testnet::TestNetns::new("dh-e");
+    let absent = dir.path().join("none.sock");
+    let conf = conf("1.1.0", &absent);
+
+    let out = PluginCall::new("STATUS").stdin_json(&conf).run(&ours());
+    assert_eq!(out.error_code(), 50, "{}", out.stdout);
+    let out = run(&ours(), "ADD", &ct, "ctr-e", "eth0", &conf);
+    assert_eq!(out.error_code(), 11);
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("error dialing DHCP daemon: "));
+
+    let daemon = Daemon::ours(dir.path(), &dir.path().join("state"), &[]);
+    let up = common::conf("1.1.0", &daemon.socket);
+    PluginCall::new("STATUS")
+        .stdin_json(&up)
+        .run(&ours())
+        .assert_ok();
+    // DEL of an attachment the daemon never saw.
+    run(&ours(), "DEL", &ct, "ctr-e", "eth0", &up).assert_ok();
+
+    let mut bad = up.clone();
+    bad["ipam"]["request"] = json!([{"option": "doNotparseMe"}]);
+    let out = run(&ours(), "ADD", &ct, "ctr-e", "eth0", &bad);
+    assert_eq!(out.error_code(), 7);
+    assert!(
+        out.stdout
+            .contains("Can not parse option \\\"doNotparseMe\\\""),
+        "{}",
+        out.stdout
+    );
+    let mut long = up.clone();
+    long["ipam"]["provide"] = json!([{"option": "host-name", "value": "x".repeat(256)}]);
+    assert_eq!(
+        run(&ours(), "ADD", &ct, "ctr-e", "eth0", &long).error_code(),
+        7
+    );
+    // The interface does not exist: the daemon's lookup error comes back.
+    let out = run(&ours(), "ADD", &ct, "ctr-e", "eth9", &up);
+    assert_eq!(out.error_code(), 999);
+    assert!(
+        out.stdout.contains("error looking up \\\"eth9\\\""),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn daemon_flags_and_socket_activation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run_daemon = |args: &[&str], env: &[(&str, &str)]| {
+        std::process::Command::new(ours())
+            .arg("daemon")
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run daemon")
+    };
+    let out = run_daemon(&["-pidfile", "relative.pid"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("Error writing pidfile \"relative.pid\": path not absolute"));
+    let out = run_daemon(&["-bogus"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("flag provided but not defined: -bogus"));
+    let socket = dir.path().join("a.sock");
+    let socket = socket.display().to_string();
+    let out = run_daemon(&["-socketpath", &socket], &[("LISTEN_FDS", "2")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("Too many (2) FDs passed through socket activation"));
+
+    // The pidfile is written and removed with the socket on SIGTERM.
+    let pidfile = dir.path().join("dhcp.pid");
+    let mut daemon = Daemon::ours(
+        dir.path(),
+        &dir.path().join("state"),
+        &["--pidfile", &pidfile.display().to_string()],
+    );
+    let pid = std::fs::read_to_string(&pidfile).expect("pidfile");
+    assert!(pid.trim().parse::<u32>().is_ok());
+    daemon.stop();
+    assert!(!pidfile.exists());
+    assert!(!daemon.socket.exists());
+}
