@@ -1,7 +1,5 @@
-//! `vrf`: being built for issue 19; this placeholder only keeps the
-//! workspace compiling until the plugin lands.
+//! The `vrf` CNI plugin binary; the work is in the library crate.
 
 fn main() {
-    eprintln!("vrf: not built yet");
-    std::process::exit(1);
+    libcni::skel::plugin_main(vrf::plugin::VrfPlugin)
 }
