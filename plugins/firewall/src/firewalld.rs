@@ -32,7 +32,7 @@ const METHOD_TIMEOUT: Duration = Duration::from_secs(25);
 #[derive(Debug, thiserror::Error)]
 pub enum FirewalldError {
     #[error("cannot connect to the system bus: {0}")]
-    Connect(#[source] zbus::Error),
+    Connect(#[source] Box<zbus::Error>),
     #[error("firewalld is not running: {BUS_NAME} has no owner on the system bus")]
     NotRunning,
     #[error("failed to add the address {address} to {zone} zone: {source}")]
@@ -40,14 +40,14 @@ pub enum FirewalldError {
         address: String,
         zone: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("failed to find the address {address} in {zone} zone")]
     QuerySource {
         address: String,
         zone: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("the address {address} is not a source of {zone} zone")]
     NotInZone { address: String, zone: String },
@@ -58,7 +58,7 @@ impl FirewalldError {
         match self {
             FirewalldError::Connect(_) | FirewalldError::NotRunning => ErrorCode::TryAgainLater,
             FirewalldError::AddSource { source, .. }
-            | FirewalldError::QuerySource { source, .. } => match source {
+            | FirewalldError::QuerySource { source, .. } => match source.as_ref() {
                 zbus::Error::InputOutput(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                     ErrorCode::TryAgainLater
                 }
@@ -78,7 +78,7 @@ impl Firewalld {
     pub fn connect() -> Result<Firewalld, FirewalldError> {
         let connection = Builder::system()
             .and_then(|b| b.method_timeout(METHOD_TIMEOUT).build())
-            .map_err(FirewalldError::Connect)?;
+            .map_err(|e| FirewalldError::Connect(Box::new(e)))?;
         Ok(Firewalld { connection })
     }
 
@@ -125,7 +125,7 @@ impl Firewalld {
                     return Err(FirewalldError::AddSource {
                         address,
                         zone: zone.to_string(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             }
@@ -150,7 +150,7 @@ impl Firewalld {
                 FirewalldError::QuerySource {
                     address: address.clone(),
                     zone: zone.to_string(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             let present: bool =
@@ -160,7 +160,7 @@ impl Firewalld {
                     .map_err(|source| FirewalldError::QuerySource {
                         address: address.clone(),
                         zone: zone.to_string(),
-                        source,
+                        source: Box::new(source),
                     })?;
             if !present {
                 return Err(FirewalldError::NotInZone {
