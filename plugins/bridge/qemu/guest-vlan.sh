@@ -207,4 +207,23 @@ ping_check traffic-gateway-after-del pa2 10.1.0.1 yes
 del pa1 "$net100"
 if [ "$cni_status" = 0 ]; then pass vlan-gw-del-again "ok"; else fail vlan-gw-del-again "$(cni_report)"; fi
 
+# --- a gateway interface that outlived its bridge --------------------------------
+# cnibr9 is deleted by hand while cnibr9.700 and its port end live on,
+# detached; the next ADD makes the bridge again and must put the port end
+# back on it (in VLAN 700), or the new pod has no gateway.
+net700=$(jqc -n --arg dir "$ipam_dir" \
+    '{cniVersion: "1.1.0", name: "vlan700", type: "bridge", bridge: "cnibr9",
+      vlan: 700, isGateway: true,
+      ipam: {type: "host-local", dataDir: $dir, ranges: [[{subnet: "10.7.0.0/24"}]]}}')
+add pr1 "$net700"
+gw_port=$(ip -j link show "cnibr9.700" | jqc -r '.[0].link // empty')
+ip link del cnibr9
+check_eq rebuilt-bridge-gateway-detached "" \
+    "$(ip -j link show "$gw_port" | jqc -r '.[0].master // empty')"
+add pr2 "$net700"
+if [ "$cni_status" = 0 ]; then pass rebuilt-bridge-add "ok"; else fail rebuilt-bridge-add "$(cni_report)"; fi
+check_eq rebuilt-bridge-gateway-port "cnibr9 700:pvid,untagged" \
+    "$(ip -j link show "$gw_port" | jqc -r '.[0].master // empty') $(port_vlans "$gw_port")"
+ping_check rebuilt-bridge-traffic-gateway pr2 10.7.0.1 yes
+
 finish

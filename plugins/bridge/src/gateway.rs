@@ -184,7 +184,8 @@ pub fn enable_forwarding(gateways: &Gateways) -> Result<(), BridgeError> {
 /// veth pair in the host namespace whose one end, `<bridge>.<vlan>`, keeps
 /// the addresses and whose other end is a bridge port in the VLAN. Reused
 /// when it exists; never deleted, since every container of the network
-/// shares it.
+/// shares it. One that outlived its bridge (deleted and made again) has
+/// its port end put back on the bridge.
 pub fn ensure_vlan_gateway(
     socket: &mut RouteSocket,
     vlans: &mut dyn BridgeVlans,
@@ -193,7 +194,7 @@ pub fn ensure_vlan_gateway(
     port_vlans: &PortVlans,
 ) -> Result<LinkInfo, BridgeError> {
     if let Some(existing) = socket.link_by_name(name)? {
-        return Ok(existing);
+        return reattach_if_detached(socket, vlans, bridge, existing, port_vlans);
     }
     let port_name = link_name::random_veth_name().map_err(BridgeError::Random)?;
     let pair = VethPair {
@@ -222,6 +223,45 @@ pub fn ensure_vlan_gateway(
         let _ = socket.delete_link(port_name.as_str());
     }
     made
+}
+
+/// The gateway interface `existing` as it is when its port end (its veth
+/// peer) is on `bridge`; otherwise the port end is attached again. A link
+/// of that name that is no veth, or whose peer is not in this namespace,
+/// is left as it is.
+fn reattach_if_detached(
+    socket: &mut RouteSocket,
+    vlans: &mut dyn BridgeVlans,
+    bridge: &LinkInfo,
+    existing: LinkInfo,
+    port_vlans: &PortVlans,
+) -> Result<LinkInfo, BridgeError> {
+    let Some(peer) = existing
+        .parent
+        .filter(|_| existing.kind.as_deref() == Some("veth"))
+    else {
+        return Ok(existing);
+    };
+    let Some(port) = socket.link_by_index(peer)? else {
+        return Ok(existing);
+    };
+    if port.master == Some(bridge.index) {
+        return Ok(existing);
+    }
+    log::info!(
+        "gateway interface {:?} was off bridge {:?} (the bridge was made again): attaching {:?}",
+        existing.name,
+        bridge.name,
+        port.name
+    );
+    attach_vlan_gateway(
+        socket,
+        vlans,
+        bridge,
+        &existing.name,
+        &port.name,
+        port_vlans,
+    )
 }
 
 fn attach_vlan_gateway(

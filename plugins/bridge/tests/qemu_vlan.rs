@@ -11,6 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
+use conformance::testnet::workspace_plugin;
+
 /// Checks guest-vlan.sh must report as PASS; a check the script silently
 /// skipped fails the test.
 const REQUIRED_CHECKS: &[&str] = &[
@@ -71,6 +73,11 @@ const REQUIRED_CHECKS: &[&str] = &[
     "vlan-gw-del-gateway-stays",
     "traffic-gateway-after-del",
     "vlan-gw-del-again",
+    // A gateway interface that outlived its bridge
+    "rebuilt-bridge-gateway-detached",
+    "rebuilt-bridge-add",
+    "rebuilt-bridge-gateway-port",
+    "rebuilt-bridge-traffic-gateway",
 ];
 
 fn guest_script() -> PathBuf {
@@ -79,20 +86,17 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn vlans_against_a_kernel_with_vlan_filtering() {
-    let Some(guest) = qemu_guest::QemuGuest::prepare_if_enabled(&[]) else {
-        return;
-    };
-    let host_local = conformance::testnet::bin_dir().join("host-local");
-    assert!(
-        host_local.is_file(),
-        "{} missing: run `cargo build -p host-local`",
-        host_local.display()
+    qemu_guest::run_required_checks(
+        &[],
+        &guest_script(),
+        || {
+            vec![
+                PathBuf::from(env!("CARGO_BIN_EXE_bridge")),
+                workspace_plugin("host-local"),
+            ]
+        },
+        REQUIRED_CHECKS,
     );
-    let bridge = PathBuf::from(env!("CARGO_BIN_EXE_bridge"));
-    let run = guest
-        .run(&guest_script(), &[bridge, host_local])
-        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
-    run.assert_passed(REQUIRED_CHECKS);
 }
 
 #[test]
