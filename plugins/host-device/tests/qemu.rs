@@ -76,18 +76,18 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn host_device_on_a_kernel_with_netdevsim_and_rxe() {
-    let Some(guest) = qemu_guest::QemuGuest::prepare_if_enabled(&["HOST_DEVICE_QEMU"]) else {
-        return;
-    };
-    let binaries = vec![
-        PathBuf::from(env!("CARGO_BIN_EXE_host-device")),
-        workspace_plugin("static"),
-        workspace_plugin("host-local"),
-    ];
-    let run = guest
-        .run(&guest_script(), &binaries)
-        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
-    run.assert_passed(REQUIRED_CHECKS);
+    qemu_guest::run_required_checks(
+        &["HOST_DEVICE_QEMU"],
+        &guest_script(),
+        || {
+            vec![
+                PathBuf::from(env!("CARGO_BIN_EXE_host-device")),
+                workspace_plugin("static"),
+                workspace_plugin("host-local"),
+            ]
+        },
+        REQUIRED_CHECKS,
+    );
 }
 
 #[test]

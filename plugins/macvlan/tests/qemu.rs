@@ -16,6 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
+use conformance::testnet::workspace_plugin;
+
 /// Checks guest-tests.sh must report as PASS; a check the script silently
 /// skipped fails the test.
 const REQUIRED_CHECKS: &[&str] = &[
@@ -98,28 +100,19 @@ fn guest_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("qemu/guest-tests.sh")
 }
 
-/// A plugin of another crate, from the workspace's target dir.
-fn sibling(name: &str) -> PathBuf {
-    let path = conformance::testnet::bin_dir().join(name);
-    assert!(
-        path.is_file(),
-        "{} missing: run `cargo build -p {name}`",
-        path.display()
-    );
-    path
-}
-
 #[test]
 fn macvlan_modes_and_rail_chains_on_a_stock_kernel() {
-    let Some(guest) = qemu_guest::QemuGuest::prepare_if_enabled(&[]) else {
-        return;
-    };
-    let mut binaries = vec![PathBuf::from(env!("CARGO_BIN_EXE_macvlan"))];
-    binaries.extend(["vlan", "ipvlan", "tuning", "sbr", "host-local"].map(sibling));
-    let run = guest
-        .run(&guest_script(), &binaries)
-        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
-    run.assert_passed(REQUIRED_CHECKS);
+    qemu_guest::run_required_checks(
+        &[],
+        &guest_script(),
+        || {
+            let mut binaries = vec![PathBuf::from(env!("CARGO_BIN_EXE_macvlan"))];
+            binaries
+                .extend(["vlan", "ipvlan", "tuning", "sbr", "host-local"].map(workspace_plugin));
+            binaries
+        },
+        REQUIRED_CHECKS,
+    );
 }
 
 #[test]

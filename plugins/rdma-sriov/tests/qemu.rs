@@ -9,8 +9,6 @@
 
 use std::path::{Path, PathBuf};
 
-use qemu_guest::QemuGuest;
-
 /// Checks guest-tests.sh must report as PASS. Listed here so that a check the
 /// guest silently skipped fails the test instead of going unnoticed.
 const REQUIRED_CHECKS: &[&str] = &[
@@ -82,14 +80,12 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn plugin_against_real_kernel_in_qemu() {
-    let Some(guest) = QemuGuest::prepare_if_enabled(&["RDMA_SRIOV_QEMU"]) else {
-        return;
-    };
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_rdma-sriov"));
-    let run = guest
-        .run(&guest_script(), &[binary])
-        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
-    run.assert_passed(REQUIRED_CHECKS);
+    qemu_guest::run_required_checks(
+        &["RDMA_SRIOV_QEMU"],
+        &guest_script(),
+        || vec![PathBuf::from(env!("CARGO_BIN_EXE_rdma-sriov"))],
+        REQUIRED_CHECKS,
+    );
 }
 
 #[test]

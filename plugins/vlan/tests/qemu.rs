@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use conformance::testnet::workspace_plugin;
+
 /// Checks guest-tests.sh must report as PASS; a check the script silently
 /// skipped fails the test.
 const REQUIRED_CHECKS: &[&str] = &[
@@ -63,20 +65,17 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn vlan_links_on_a_kernel_with_8021q() {
-    let Some(guest) = qemu_guest::QemuGuest::prepare_if_enabled(&[]) else {
-        return;
-    };
-    let host_local = conformance::testnet::bin_dir().join("host-local");
-    assert!(
-        host_local.is_file(),
-        "{} missing: run `cargo build -p host-local`",
-        host_local.display()
+    qemu_guest::run_required_checks(
+        &[],
+        &guest_script(),
+        || {
+            vec![
+                PathBuf::from(env!("CARGO_BIN_EXE_vlan")),
+                workspace_plugin("host-local"),
+            ]
+        },
+        REQUIRED_CHECKS,
     );
-    let plugin = PathBuf::from(env!("CARGO_BIN_EXE_vlan"));
-    let run = guest
-        .run(&guest_script(), &[plugin, host_local])
-        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
-    run.assert_passed(REQUIRED_CHECKS);
 }
 
 #[test]

@@ -306,6 +306,26 @@ impl QemuGuest {
     }
 }
 
+/// A crate's whole guest test: when guest tests are [`enabled`] (with
+/// `crate_vars`), boots the guest with the binaries `binaries` gives (asked
+/// only then, so a skipped test builds nothing), runs the crate's `script`
+/// and asserts that it finished with every check of `required` passed;
+/// otherwise prints why it skipped.
+pub fn run_required_checks(
+    crate_vars: &[&str],
+    script: &Path,
+    binaries: impl FnOnce() -> Vec<PathBuf>,
+    required: &[&str],
+) {
+    let Some(guest) = QemuGuest::prepare_if_enabled(crate_vars) else {
+        return;
+    };
+    let run = guest
+        .run(script, &binaries())
+        .unwrap_or_else(|e| panic!("cannot boot the guest: {e}"));
+    run.assert_passed(required);
+}
+
 /// One `CHECK <name> PASS|FAIL <detail>` line of the guest console.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
