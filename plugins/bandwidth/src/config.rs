@@ -58,6 +58,10 @@ pub enum ConfigError {
     BurstWithoutRate,
     #[error("burst cannot be more than 4GB")]
     BurstTooLarge,
+    /// The reference leaves this to the kernel, which refuses a rate of
+    /// 0 bytes per second with "Invalid argument".
+    #[error("rate {0} bit/s is less than one byte per second (8 bit/s), the smallest rate a token bucket can apply")]
+    RateTooLow(u64),
     #[error("unshapedSubnets and shapedSubnets cannot be both specified, one of them should be discarded")]
     BothSubnetLists,
     #[error("bad subnet {subnet:?} provided, details {reason}")]
@@ -203,6 +207,7 @@ pub fn limit(rate: u64, burst: u64) -> Result<Option<Limit>, ConfigError> {
         (_, 0) => Err(ConfigError::RateWithoutBurst),
         (0, _) => Err(ConfigError::BurstWithoutRate),
         (_, burst) if burst / 8 >= MAX_BURST_BYTES => Err(ConfigError::BurstTooLarge),
+        (rate, _) if rate < 8 => Err(ConfigError::RateTooLow(rate)),
         (rate, burst) => Ok(Some(Limit { rate, burst })),
     }
 }
@@ -266,6 +271,7 @@ mod tests {
         assert!(matches!(limit(0, 1), Err(ConfigError::BurstWithoutRate)));
         assert!(matches!(limit(1, 0), Err(ConfigError::RateWithoutBurst)));
         assert_eq!(limit(0, 0).unwrap(), None);
+        assert!(matches!(limit(7, 8), Err(ConfigError::RateTooLow(7))));
     }
 
     #[test]

@@ -24,10 +24,16 @@ const LATENCY_MILLIS: f64 = 25.0;
 const USEC_PER_SEC: f64 = 1_000_000.0;
 
 /// Go's `uint32(f)` for a float64 on amd64: truncated toward zero to a
-/// 64-bit integer, then its low 32 bits.
+/// 64-bit integer, then its low 32 bits. Where no 64-bit integer holds the
+/// value (infinity from a rate below 8 bit/s, which is 0 bytes/s), amd64
+/// gives the "integer indefinite" 0x8000_0000_0000_0000, whose low bits
+/// are 0.
 pub fn go_uint32(value: f64) -> u32 {
-    // `as i64` saturates where amd64 gives the "integer indefinite" value;
-    // both only for values no rate or burst here reaches (≥ 2⁶³).
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    // NaN is in no range, so it takes this branch too.
+    if !(-TWO_POW_63..TWO_POW_63).contains(&value) {
+        return 0;
+    }
     (value as i64) as u32
 }
 
@@ -94,10 +100,21 @@ mod tests {
         assert_eq!(t.limit, 2_687_479);
     }
 
+    /// A rate below one byte per second (refused by validation before it
+    /// gets here): no panic, the reference's values.
+    #[test]
+    fn sub_byte_rates_do_not_panic() {
+        let t = tbf_of(7, 8);
+        assert_eq!((t.rate, t.limit, t.buffer), (0, 1, 0));
+    }
+
     #[test]
     fn go_conversion_keeps_the_low_bits() {
         assert_eq!(go_uint32(4_294_967_296.0 + 5.7), 5);
         assert_eq!(go_uint32(33_554_431_875.0), 3_489_660_803);
         assert_eq!(go_uint32(12.9), 12);
+        assert_eq!(go_uint32(f64::INFINITY), 0);
+        assert_eq!(go_uint32(f64::NAN), 0);
+        assert_eq!(go_uint32(1e300), 0);
     }
 }

@@ -160,6 +160,11 @@ fn bad_input_changes_nothing() {
             "burst cannot be more than 4GB",
         ),
         (
+            json!({"ingressRate": 7, "ingressBurst": 8}),
+            7,
+            "rate 7 bit/s is less than one byte per second (8 bit/s), the smallest rate a token bucket can apply",
+        ),
+        (
             json!({"ingressRate": 8, "ingressBurst": 8,
                    "unshapedSubnets": ["10.0.0.0/8"], "shapedSubnets": ["10.1.0.0/16"]}),
             7,
