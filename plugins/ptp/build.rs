@@ -1,2 +1,2 @@
 // Linked statically like the loopback plugin; the reasons are there.
-include!("../../plugins/loopback/build.rs");
+include!("../loopback/build.rs");
