@@ -735,6 +735,25 @@ mod tests {
         assert_eq!(PschedClock::parse("1 0 1"), None);
     }
 
+    /// Replies cut short or filled with garbage give nothing, never a
+    /// panic.
+    #[test]
+    fn malformed_replies_are_skipped() {
+        let mut raw = vec![0u8; NETLINK_HEADER_LEN + TCMSG_LEN];
+        raw.extend(nla(TCA_KIND, b"u32\0"));
+        raw.extend(nla(TCA_OPTIONS, &nla(TCA_U32_SEL, &[3; 7])));
+        for end in 0..=raw.len() {
+            assert_eq!(decode_u32_filter(&raw[..end]), None);
+            let _ = decode_qdisc(&raw[..end]);
+        }
+        let mut tbf = vec![0u8; NETLINK_HEADER_LEN + TCMSG_LEN];
+        tbf.extend(nla(TCA_KIND, b"tbf\0"));
+        tbf.extend(nla(TCA_OPTIONS, &nla(TCA_TBF_PARMS, &[0xff; 5])));
+        let qdisc = decode_qdisc(&tbf).unwrap();
+        assert_eq!((qdisc.kind.as_str(), qdisc.tbf), ("tbf", None));
+        assert_eq!(mirred_redirect(&[0xff; 40]), None);
+    }
+
     #[test]
     fn handles_print_as_tc_prints_them() {
         assert_eq!(format_handle(INGRESS_HANDLE), "ffff:");
