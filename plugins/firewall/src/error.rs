@@ -35,6 +35,8 @@ pub enum FirewallError {
     NoBridge { policy: &'static str },
     #[error("got empty bridge name")]
     EmptyBridgeName,
+    #[error("invalid bridge name {0:?} in prevResult: not an interface name")]
+    InvalidBridgeName(String),
     #[error(transparent)]
     Lock(#[from] LockError),
     /// A family's iptables could not be read (the reference's wording).
@@ -98,7 +100,8 @@ impl FirewallError {
             FirewallError::Config(_)
             | FirewallError::MissingPrevResult
             | FirewallError::NoBridge { .. }
-            | FirewallError::EmptyBridgeName => ErrorCode::InvalidNetworkConfig,
+            | FirewallError::EmptyBridgeName
+            | FirewallError::InvalidBridgeName(_) => ErrorCode::InvalidNetworkConfig,
             FirewallError::PrevResult(ResultError::UnsupportedVersion(_)) => {
                 ErrorCode::IncompatibleVersion
             }

@@ -88,6 +88,11 @@ fn policy_bridge(
     if interface.name.is_empty() {
         return Err(FirewallError::EmptyBridgeName);
     }
+    // Checked here, before any change: iptables and nftables would refuse
+    // or cut a longer name only once the admission rules are written.
+    if skel::validate_interface_name(&interface.name).is_err() {
+        return Err(FirewallError::InvalidBridgeName(interface.name.clone()));
+    }
     Ok(Some(interface.name.clone()))
 }
 

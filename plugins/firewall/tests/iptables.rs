@@ -212,10 +212,14 @@ fn status_reports_usable_iptables() {
     let fx = Fixture::new("fwipt-st");
     fx.run("STATUS", &conf("1.1.0", json!({"backend": "iptables"})))
         .assert_ok();
-    // Without firewalld and a backend, the automatic choice is iptables.
+    // Without firewalld, the automatic choice is iptables; `"backend": ""`
+    // is how Podman asks for it (its conflist for the default network).
     fx.run(
         "ADD",
-        &with_prev(conf("1.1.0", json!({})), prev_result("1.1.0", V4, V6)),
+        &with_prev(
+            conf("1.1.0", json!({"backend": ""})),
+            prev_result("1.1.0", V4, V6),
+        ),
     )
     .assert_ok();
     assert!(has_all(
