@@ -41,15 +41,33 @@
 //!     redirect to the ifb; the rest is never redirected
 //! ```
 //!
-//! Why these pieces: this kernel (and the plugin's target nodes) has tbf,
-//! htb, ingress, u32 and mirred, but not prio or the generic actions
-//! (gact). The tbf stays the shaper in both layouts, so rate, burst and
-//! queue limit mean the same with and without subnets, and CHECK compares
-//! the same three numbers; the HTB classes only sort packets (their rate
-//! is far above any veth). The egress side needs no classes: choosing
+//! Why these pieces: besides what the reference needs (tbf, ingress, u32,
+//! mirred) they add only htb. The test machine's kernel, like many
+//! trimmed ones, lacks prio and the generic actions (gact), so a pass
+//! verdict is a u32 match without action. The tbf stays the shaper in both
+//! layouts, so rate, burst and queue limit mean the same with and without
+//! subnets, and CHECK compares the same three numbers; the HTB classes
+//! only sort packets (their rate is far above any veth). The egress side needs no classes: choosing
 //! what is redirected to the ifb is choosing what is shaped. The kernel
 //! logs once per tbf leaf that htb finds it "non-work-conserving", which
 //! is what a shaper is.
+//!
+//! # Differences from the reference
+//!
+//! - The redirect filter carries one mirred action; the reference's
+//!   netlink library adds a second (`pass`) that no packet reaches.
+//! - A failed ADD takes back the qdiscs and the ifb it made.
+//! - A `prevResult` is required also when there is nothing to shape (the
+//!   reference dereferences nil there); a rate below 8 bit/s (0 bytes/s)
+//!   is refused with code 7 rather than by the kernel.
+//! - Configuration errors are code 7, not 999; the messages are the same.
+//! - The host veth must be a veth whose peer is the container interface,
+//!   not only a link with the peer's index.
+//! - CHECK also fails when a tbf is missing from its place or the redirect
+//!   and subnet filters differ (the reference stops at the first qdisc that
+//!   is no tbf and never reads filters).
+//! - The ifb carries an alias naming network and container, which GC
+//!   needs; the reference has no GC.
 
 mod add;
 mod check;
