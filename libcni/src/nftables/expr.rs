@@ -345,7 +345,10 @@ impl Expr {
                 ],
             ),
             Expr::Masquerade => other("masq", &[]),
-            Expr::CtState => other("ct", &[(NFTA_CT_DREG, NFT_REG_1), (NFTA_CT_KEY, NFT_CT_STATE)]),
+            Expr::CtState => other(
+                "ct",
+                &[(NFTA_CT_DREG, NFT_REG_1), (NFTA_CT_KEY, NFT_CT_STATE)],
+            ),
             Expr::Counter => Expressions::Other {
                 expression_type: "counter".to_string(),
                 attributes: vec![

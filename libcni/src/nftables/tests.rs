@@ -492,6 +492,24 @@ fn prefix_match_like_nft() {
 }
 
 #[test]
+fn ct_state_is_encoded_as_nft_writes_it() {
+    // `ct state established,related`: NFTA_CT_DREG=1 (reg 1),
+    // NFTA_CT_KEY=2 (NFT_CT_STATE, 0), as big-endian u32.
+    let ct = data_attributes(&encoded_element(&Expr::CtState));
+    assert_eq!(
+        ct,
+        [
+            (1, 1u32.to_be_bytes().to_vec()),
+            (2, 0u32.to_be_bytes().to_vec()),
+        ]
+    );
+    assert_eq!(
+        crate::nftables::expr::CT_STATE_ESTABLISHED | crate::nftables::expr::CT_STATE_RELATED,
+        6
+    );
+}
+
+#[test]
 fn fib_and_nat_are_encoded_with_their_uapi_values() {
     // NFTA_FIB_DREG=1 (reg 1), NFTA_FIB_RESULT=2 (ADDRTYPE, 3),
     // NFTA_FIB_FLAGS=3 (DADDR, 2), as big-endian u32.
