@@ -336,3 +336,37 @@ fn rules_of_one_plugin_are_removed_by_the_other() {
     fx.run("GC", &gc).assert_ok();
     assert!(!fx.rules("iptables-save").iter().any(|r| r.contains(V4)));
 }
+
+/// Concurrent ADDs into a fresh host (every one sees the chains missing)
+/// all keep their rules: the host lock orders them, and no declaration of
+/// a chain empties another call's rules.
+#[test]
+fn concurrent_adds_keep_every_rule() {
+    let fx = Fixture::new("fwipt-par");
+    let calls: Vec<_> = (2..10)
+        .map(|n| {
+            let c = with_prev(
+                conf("1.0.0", json!({"backend": "iptables"})),
+                prev_result("1.0.0", &format!("10.0.0.{n}"), &format!("2001:db8::{n}")),
+            );
+            fx.call_for("ADD", &c, &format!("par{n}"), IFNAME)
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for call in &calls {
+            scope.spawn(move || call.run(Path::new(PLUGIN)).assert_ok().code);
+        }
+    });
+    let rules = fx.rules("iptables-save");
+    for n in 2..10 {
+        assert!(
+            has_all(&rules, &address_rules(&format!("10.0.0.{n}/32"))),
+            "10.0.0.{n}: {rules:#?}"
+        );
+    }
+    assert_eq!(
+        rules.iter().filter(|r| **r == forward_jump()).count(),
+        1,
+        "{rules:#?}"
+    );
+}
