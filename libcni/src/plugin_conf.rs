@@ -221,18 +221,30 @@ impl PluginConf {
 /// `ipam.ranges[0][0].subnet: ...`), as the Go plugins' errors name the
 /// field, so a person knows which line of the file to fix.
 pub fn decode_with_path<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            inner
-        } else {
-            serde::de::Error::custom(format!("{path}: {inner}"))
-        }
-    })
+    serde_path_to_error::deserialize(value).map_err(with_path)
 }
 
-/// The part of a configuration checked before the version is negotiated:
+/// The error with its key path in front, when it has one.
+fn with_path(error: serde_path_to_error::Error<serde_json::Error>) -> serde_json::Error {
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    if path == "." {
+        inner
+    } else {
+        serde::de::Error::custom(format!("{path}: {inner}"))
+    }
+}
+
+/// [`decode_with_path`] for a decoder that must read the JSON text itself
+/// (key order, repeated keys); the error keeps its line and column.
+pub fn decode_slice_with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(with_path)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// The part of a configuration checked before the version is negotiated:/// The part of a configuration checked before the version is negotiated:
 /// the JSON object, the network name and the version string as written.
 #[derive(Debug, Clone)]
 pub(crate) struct ConfHead {
@@ -373,14 +385,23 @@ mod tests {
         struct Own {
             ipam: Ipam,
         }
-        let c = conf(json!({"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":5}]]}}))
-            .unwrap();
+        let c =
+            conf(json!({"name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":5}]]}}))
+                .unwrap();
         let e = c.parse_as::<Own>().unwrap_err();
         assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
         assert_eq!(
             e.to_string(),
             "invalid network config: ipam.ranges[1][0].subnet: invalid type: integer `5`, expected a string"
         );
+        // From the text: the line and column stay.
+        let e = decode_slice_with_path::<Own>(br#"{"ipam": {"ranges": [[{"subnet": 5}]]}}"#)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ipam.ranges[0][0].subnet: invalid type: integer `5`, expected a string at line 1 column 34"
+        );
+        assert!(decode_slice_with_path::<Own>(br#"{"ipam": {"ranges": []}} x"#).is_err());
         // An error of the whole object has no path to name.
         let c = conf(json!({"name":"n"})).unwrap();
         assert_eq!(

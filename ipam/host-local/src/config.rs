@@ -154,7 +154,7 @@ struct CniArgsKeys {
 
 impl NetConfKeys {
     fn decode(raw: &Value) -> Result<(NetConfKeys, IpamKeys), ConfigError> {
-        let mut keys = NetConfKeys::deserialize(raw)?;
+        let mut keys: NetConfKeys = libcni::plugin_conf::decode_with_path(raw)?;
         let ipam = keys.ipam.take().ok_or(ConfigError::MissingIpam)?;
         Ok((keys, ipam))
     }

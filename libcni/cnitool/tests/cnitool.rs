@@ -591,3 +591,52 @@ fn help_describes_arguments_and_shows_options_only_where_they_apply() {
         "{validate}"
     );
 }
+
+/// A config value of the wrong type: the error names its key path, as the
+/// reference names the field, and ADD changes nothing in the pod.
+#[test]
+fn type_errors_name_the_key_path() {
+    let pod = TestNetns::new("ct-type");
+    let pod_path = pod.path().display().to_string();
+    let cases = [
+        (
+            json!({"type": "bridge", "bridge": "cnitestbr7", "ipMasq": "yes"}),
+            "plugin type=\"bridge\" name=\"typed\" failed (add): invalid network config: ipMasq: invalid type: string \"yes\", expected a boolean (CNI error code 7)",
+        ),
+        (
+            json!({"type": "bridge", "bridge": "cnitestbr7",
+                   "ipam": {"type": "host-local", "ranges": [[{"subnet": 5}]]}}),
+            "plugin type=\"bridge\" name=\"typed\" failed (add): invalid network config: ipam.ranges[0][0].subnet: invalid type: integer `5`, expected a string (CNI error code 7)",
+        ),
+        (
+            json!({"type": "macvlan", "master": "lo", "mtu": "9000"}),
+            "plugin type=\"macvlan\" name=\"typed\" failed (add): failed to load netconf: mtu: invalid type: string \"9000\", expected i64 (CNI error code 7)",
+        ),
+        (
+            json!({"type": "ipvlan", "master": "lo", "mtu": "9000"}),
+            "plugin type=\"ipvlan\" name=\"typed\" failed (add): failed to load netconf: mtu: invalid type: string \"9000\", expected i64 (CNI error code 7)",
+        ),
+        (
+            json!({"type": "vlan", "master": "lo", "vlanId": "100"}),
+            "plugin type=\"vlan\" name=\"typed\" failed (add): failed to load netconf: vlanId: invalid type: string \"100\", expected i64 (CNI error code 7)",
+        ),
+        (
+            json!({"type": "host-device", "device": 5}),
+            "plugin type=\"host-device\" name=\"typed\" failed (add): failed to load netconf: device: invalid type: integer `5`, expected a string (CNI error code 7)",
+        ),
+    ];
+    for (plugin, expected) in cases {
+        let setup = Setup::new();
+        setup.write(
+            "10-typed.conflist",
+            &json!({"cniVersion": "1.0.0", "name": "typed", "plugins": [plugin]}),
+        );
+        let out = setup.cnitool(None, &bin_dir(), &["add", "typed", &pod_path]);
+        assert_eq!(out.status.code(), Some(1), "{plugin}");
+        // cnitool's own message is the last line; plugins' log lines,
+        // which also go to stderr, come before it.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().last(), Some(expected), "{plugin}");
+        assert_eq!(pod.links(), vec!["lo".to_string()], "{plugin}");
+    }
+}

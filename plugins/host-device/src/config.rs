@@ -177,7 +177,8 @@ impl NetConf {
     }
 
     fn decode(raw: &Value, sysfs: Option<&Sysfs>) -> Result<NetConf, ConfigError> {
-        let keys = Keys::deserialize(fold_keys(raw, &TOP)).map_err(ConfigError::Decode)?;
+        let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(raw, &TOP))
+            .map_err(ConfigError::Decode)?;
         let runtime = keys.runtime_config.unwrap_or_default();
         let device = non_empty(keys.device);
         let hwaddr = non_empty(keys.hwaddr);

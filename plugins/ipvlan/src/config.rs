@@ -88,8 +88,8 @@ pub struct IpvlanConf {
 
 impl IpvlanConf {
     pub fn from_conf(conf: &PluginConf) -> Result<IpvlanConf, ConfigError> {
-        let keys: Keys =
-            serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
+        let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(conf.raw(), &SHAPE))
+            .map_err(ConfigError::Decode)?;
         Ok(IpvlanConf {
             master: keys.master.filter(|m| !m.is_empty()),
             mode: parse_mode(keys.mode.as_deref().unwrap_or_default())?,

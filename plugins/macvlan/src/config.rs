@@ -150,8 +150,8 @@ pub struct MacvlanConf {
 impl MacvlanConf {
     /// Decodes and checks the configuration and `CNI_ARGS`.
     pub fn from_conf(conf: &PluginConf, cni_args: &str) -> Result<MacvlanConf, ConfigError> {
-        let keys: Keys =
-            serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
+        let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(conf.raw(), &SHAPE))
+            .map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
         let mode = parse_mode(keys.mode.as_deref().unwrap_or_default())?;
         let mac = pick_mac(&[

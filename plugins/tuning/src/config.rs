@@ -261,7 +261,7 @@ impl SysctlEntries {
 /// the already-decoded JSON value, because a value keeps only the last of
 /// two equal keys and the reference refuses duplicated sysctl keys.
 pub fn decode(stdin: &[u8]) -> Result<RawConf, ConfigError> {
-    serde_json::from_slice(stdin).map_err(ConfigError::Decode)
+    libcni::plugin_conf::decode_slice_with_path(stdin).map_err(ConfigError::Decode)
 }
 
 /// The data directory of a decoded configuration.

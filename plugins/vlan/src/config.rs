@@ -86,8 +86,8 @@ pub struct VlanConf {
 
 impl VlanConf {
     pub fn from_conf(conf: &PluginConf) -> Result<VlanConf, ConfigError> {
-        let keys: Keys =
-            serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
+        let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(conf.raw(), &SHAPE))
+            .map_err(ConfigError::Decode)?;
         let master = keys
             .master
             .filter(|m| !m.is_empty())
