@@ -97,7 +97,7 @@ fn policy_bridge(
 }
 
 /// What an ADD added, to take back when a later step fails.
-enum Undo {
+enum Undo<'a> {
     Iptables(iptables::Added),
     /// Whether the ADD added address rules (then the tag's rules go).
     Nftables {
@@ -105,25 +105,30 @@ enum Undo {
         tag: String,
     },
     Firewalld {
+        firewalld: &'a firewalld::Firewalld,
         zone: String,
         added: Vec<IpNetwork>,
     },
 }
 
-impl Undo {
-    fn run(self, backend: &Backend) -> Vec<String> {
-        match (self, backend) {
-            (Undo::Iptables(added), _) => added.undo(),
-            (Undo::Nftables { added: false, .. }, _) => Vec::new(),
-            (Undo::Nftables { added: true, tag }, _) => match nftables::del(&tag) {
+impl Undo<'_> {
+    /// Takes the additions back; returns what failed.
+    fn run(self) -> Vec<String> {
+        match self {
+            Undo::Iptables(added) => added.undo(),
+            Undo::Nftables { added: false, .. } => Vec::new(),
+            Undo::Nftables { added: true, tag } => match nftables::del(&tag) {
                 Ok(()) => Vec::new(),
                 Err(e) => vec![e.to_string()],
             },
-            (Undo::Firewalld { zone, added }, Backend::Firewalld(firewalld)) => {
+            Undo::Firewalld {
+                firewalld,
+                zone,
+                added,
+            } => {
                 firewalld.del(&zone, &added);
                 Vec::new()
             }
-            (Undo::Firewalld { .. }, _) => Vec::new(),
         }
     }
 }
@@ -158,6 +163,7 @@ impl Plugin for FirewallPlugin {
             Backend::Firewalld(firewalld) => Undo::Firewalld {
                 added: firewalld.add(&conf.zone, &ips)?,
                 zone: conf.zone.clone(),
+                firewalld,
             },
         };
         if let Some(bridge) = bridge {
@@ -170,7 +176,7 @@ impl Plugin for FirewallPlugin {
                 }
             };
             if let Err(e) = isolation {
-                let failures = undo.run(&backend);
+                let failures = undo.run();
                 return Err(FirewallError::undo_failed(e, failures));
             }
         }
