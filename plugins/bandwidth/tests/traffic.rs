@@ -231,3 +231,37 @@ fn shaped_subnets_limit_only_those() {
     assert_unshaped(&pod, HOST_IP, Direction::FromContainer);
     pod.call("DEL", &conf).assert_ok();
 }
+
+/// The same over IPv6: the u32 keys of a v6 subnet (source and
+/// destination offsets of the IPv6 header) exempt fd00:78::/64, while
+/// traffic with fd00:77::1 is shaped.
+#[test]
+fn unshaped_ipv6_subnet_bypasses_the_limit() {
+    let pod = pod("bwun6");
+    for (address, dev) in [("fd00:77::1/64", HOST_VETH), ("fd00:78::1/64", HOST_VETH)] {
+        pod.host
+            .ip(&["-6", "addr", "add", address, "dev", dev, "nodad"]);
+    }
+    pod.container.ip(&[
+        "-6",
+        "addr",
+        "add",
+        "fd00:77::2/64",
+        "dev",
+        CONTAINER_VETH,
+        "nodad",
+    ]);
+    pod.container
+        .ip(&["-6", "route", "add", "fd00:78::/64", "via", "fd00:77::1"]);
+    let conf = pod.conf(
+        "1.0.0",
+        limits(json!({"unshapedSubnets": ["fd00:78::/64"]})),
+    );
+    pod.call("ADD", &conf).assert_ok();
+    pod.call("CHECK", &conf).assert_ok();
+    assert_unshaped(&pod, "fd00:78::1", Direction::ToContainer);
+    assert_unshaped(&pod, "fd00:78::1", Direction::FromContainer);
+    assert_shaped(&pod, "fd00:77::1", Direction::ToContainer);
+    assert_shaped(&pod, "fd00:77::1", Direction::FromContainer);
+    pod.call("DEL", &conf).assert_ok();
+}
