@@ -365,11 +365,6 @@ impl VersionChoice {
             chosen,
         }
     }
-
-    /// Whether `cniVersions` decided the version (rather than `cniVersion`).
-    fn decided_by_list(&self) -> bool {
-        !self.listed.is_empty() && self.written.as_deref() != Some(self.chosen.as_str())
-    }
 }
 
 fn check_list(w: &mut Writer, cni: &CniConfig, list: &NetworkConfigList, file: Option<&Path>) {
@@ -464,23 +459,37 @@ fn version_fix(
             types.join(", ")
         );
     };
-    if choice.decided_by_list() {
-        let too_new: Vec<&str> = choice
-            .listed
-            .iter()
-            .filter(|v| newer(v, common))
-            .map(String::as_str)
-            .collect();
-        format!(
-            "remove {} from \"cniVersions\" (a runtime takes the highest listed version it speaks, whatever the plugins support); every plugin here supports up to {common}",
-            too_new.join(", ")
-        )
-    } else {
-        format!(
-            "set \"cniVersion\" to {common}, the highest version every plugin here supports, or install plugins that support {}",
-            choice.chosen
-        )
+    let mut changes = Vec::new();
+    if choice.written.as_deref().is_some_and(|v| newer(v, common)) {
+        changes.push(format!("set \"cniVersion\" to {common}"));
     }
+    let too_new: Vec<&str> = choice
+        .listed
+        .iter()
+        .filter(|v| newer(v, common))
+        .map(String::as_str)
+        .collect();
+    if !too_new.is_empty() {
+        changes.push(format!(
+            "remove {} from \"cniVersions\"",
+            too_new.join(", ")
+        ));
+    }
+    if changes.is_empty() {
+        // Only an empty version (0.1.0) can be older than every plugin's.
+        changes.push(format!("set \"cniVersion\" to {common}"));
+    }
+    let why = if too_new.is_empty() {
+        String::new()
+    } else {
+        " (a runtime takes the highest listed version it speaks, whatever the plugins support)"
+            .to_string()
+    };
+    format!(
+        "{}{why}: {common} is the highest version every plugin here supports; or install plugins that support {}",
+        changes.join(" and "),
+        choice.chosen
+    )
 }
 
 fn newer(version: &str, than: &str) -> bool {

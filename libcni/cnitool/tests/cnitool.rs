@@ -309,7 +309,7 @@ fn validate_finds_broken_json_missing_plugins_and_bad_versions() {
     // The Debian reference plugins stop at 1.0.0.
     assert!(
         text.contains(
-            "plugin \"bridge\" does not support version 1.1.0 (it supports 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0)\n  fix: set \"cniVersion\" to 1.0.0, the highest version every plugin here supports, or install plugins that support 1.1.0\n"
+            "plugin \"bridge\" does not support version 1.1.0 (it supports 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0)\n  fix: set \"cniVersion\" to 1.0.0: 1.0.0 is the highest version every plugin here supports; or install plugins that support 1.1.0\n"
         ),
         "{text}"
     );
@@ -449,8 +449,24 @@ fn validate_explains_how_cni_versions_chose_the_version() {
     assert_eq!(
         text,
         format!(
-            "{note}PROBLEM: network \"k8s\": version 1.1.0 is not supported by plugin \"bridge\" (up to 1.0.0), IPAM plugin \"host-local\" (ipam.type of bridge) (up to 1.0.0), plugin \"portmap\" (up to 1.0.0)\n  fix: remove 1.1.0 from \"cniVersions\" (a runtime takes the highest listed version it speaks, whatever the plugins support); every plugin here supports up to 1.0.0\n1 problem, 0 warnings found\n"
+            "{note}PROBLEM: network \"k8s\": version 1.1.0 is not supported by plugin \"bridge\" (up to 1.0.0), IPAM plugin \"host-local\" (ipam.type of bridge) (up to 1.0.0), plugin \"portmap\" (up to 1.0.0)\n  fix: remove 1.1.0 from \"cniVersions\" (a runtime takes the highest listed version it speaks, whatever the plugins support): 1.0.0 is the highest version every plugin here supports; or install plugins that support 1.1.0\n1 problem, 0 warnings found\n"
         )
+    );
+    // Both keys offer 1.1.0: the fix changes both.
+    setup.write(
+        "20-both.conflist",
+        &json!({
+            "cniVersion": "1.1.0",
+            "cniVersions": ["1.0.0", "1.1.0"],
+            "name": "both",
+            "plugins": [{"type": "loopback"}]
+        }),
+    );
+    let (code, text) = validate(&setup, Path::new(REFERENCE_DIR), Some("both"));
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("  fix: set \"cniVersion\" to 1.0.0 and remove 1.1.0 from \"cniVersions\" (a runtime takes the highest listed version it speaks, whatever the plugins support): 1.0.0 is the highest version every plugin here supports; or install plugins that support 1.1.0\n"),
+        "{text}"
     );
     let (code, text) = validate(&setup, &bin_dir(), Some("k8s"));
     assert_eq!(code, 0, "{text}");
