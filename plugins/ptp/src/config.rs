@@ -19,7 +19,7 @@
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{self, fold_keys, Shape};
 use libcni::ipmasq::MasqBackend;
-use libcni::plugin_conf::PluginConf;
+use libcni::plugin_conf::{decode_with_path, PluginConf};
 use libcni::types::Dns;
 use libcni::version::SpecVersion;
 use serde::Deserialize;
@@ -105,7 +105,7 @@ pub struct PtpConf {
 impl PtpConf {
     pub fn from_conf(conf: &PluginConf) -> Result<PtpConf, ConfigError> {
         let keys: Keys =
-            serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
+            decode_with_path(&fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
         let mtu = match keys.mtu.unwrap_or(0) {
             0 => None,
             m if (MIN_MTU..=MAX_MTU).contains(&m) => u32::try_from(m).ok(),
@@ -142,7 +142,7 @@ pub struct TeardownConf {
 
 impl TeardownConf {
     pub fn from_conf(conf: &PluginConf) -> Result<TeardownConf, ConfigError> {
-        let keys: TeardownKeys = serde_json::from_value(fold_keys(conf.raw(), &TEARDOWN_SHAPE))
+        let keys: TeardownKeys = decode_with_path(&fold_keys(conf.raw(), &TEARDOWN_SHAPE))
             .map_err(ConfigError::Decode)?;
         Ok(TeardownConf {
             network: conf.name.clone(),
@@ -171,7 +171,7 @@ fn configured_dns(dns: Option<Value>) -> Result<Option<Dns>, ConfigError> {
     if !(present("nameservers") || present("search") || present("options") || !domain.is_empty()) {
         return Ok(None);
     }
-    let dns = serde_json::from_value(Value::Object(fields)).map_err(ConfigError::Decode)?;
+    let dns = decode_with_path(&Value::Object(fields)).map_err(ConfigError::Decode)?;
     Ok(Some(dns))
 }
 
