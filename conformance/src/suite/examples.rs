@@ -46,6 +46,7 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 use libcni::conf::{self, NetworkConfigList};
 use libcni::invoke::PluginEnv;
+use libcni::network_footprint::{collisions, overlaps, Footprint};
 use libcni::runtime::{CniConfig, RuntimeConf};
 use libcni::types::AnyResult;
 use serde_json::{json, Map, Value};
@@ -56,6 +57,7 @@ use super::report::Report;
 use super::sandbox::{kernel_has_bridge_vlan_filtering, Netns, NetnsExec};
 use super::scene::{result_json, Scene};
 use super::shape::result_addresses;
+use super::subject::host_ifbs;
 
 type Step<T> = Result<T, String>;
 
@@ -65,8 +67,6 @@ fn setup<T, E: std::fmt::Display>(r: Result<T, E>) -> Step<T> {
 
 /// Podman's default network; an example there breaks Podman on the node.
 const PODMAN_DEFAULT: &str = "10.88.0.0/16";
-/// The bridge of a bridge config without `bridge`.
-const DEFAULT_BRIDGE: &str = "cni0";
 /// The first host port given to an example's `portMappings`.
 const FIRST_HOST_PORT: u16 = 18080;
 
@@ -170,53 +170,8 @@ impl Example {
         })
     }
 
-    /// Bridges this file's bridge plugins make or join.
-    fn bridges(&self) -> Vec<String> {
-        plugins(&self.raw)
-            .filter(|p| p["type"] == "bridge")
-            .map(|p| {
-                p["bridge"]
-                    .as_str()
-                    .filter(|b| !b.is_empty())
-                    .unwrap_or(DEFAULT_BRIDGE)
-                    .to_string()
-            })
-            .collect()
-    }
-
-    /// The subnets its IPAM sections hand addresses from: `subnet`,
-    /// `ranges` and static `addresses`, as networks.
-    fn subnets(&self) -> Vec<IpNetwork> {
-        let mut out = Vec::new();
-        for p in plugins(&self.raw) {
-            let ipam = &p["ipam"];
-            let mut written: Vec<&str> = Vec::new();
-            written.extend(ipam["subnet"].as_str());
-            for set in ipam["ranges"].as_array().into_iter().flatten() {
-                for range in set.as_array().into_iter().flatten() {
-                    written.extend(range["subnet"].as_str());
-                }
-            }
-            for address in ipam["addresses"].as_array().into_iter().flatten() {
-                written.extend(address["address"].as_str());
-            }
-            for text in written {
-                if let Ok(net) = text.parse::<IpNetwork>() {
-                    if let Ok(whole) = IpNetwork::new(net.network(), net.prefix()) {
-                        out.push(whole);
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-fn overlaps(a: &IpNetwork, b: &IpNetwork) -> bool {
-    match (a, b) {
-        (IpNetwork::V4(x), IpNetwork::V4(y)) => x.contains(y.network()) || y.contains(x.network()),
-        (IpNetwork::V6(x), IpNetwork::V6(y)) => x.contains(y.network()) || y.contains(x.network()),
-        _ => false,
+    fn footprint(&self) -> Footprint {
+        Footprint::of(&self.raw)
     }
 }
 
@@ -226,32 +181,19 @@ fn distinct_networks(examples: &[Example]) -> Step<String> {
     let podman: IpNetwork = PODMAN_DEFAULT
         .parse()
         .map_err(|e| format!("{PODMAN_DEFAULT}: {e}"))?;
+    let footprints: Vec<(String, Footprint)> = examples
+        .iter()
+        .map(|ex| (ex.name.clone(), ex.footprint()))
+        .collect();
     let mut clashes = Vec::new();
-    for (i, a) in examples.iter().enumerate() {
-        for net in a.subnets() {
-            if overlaps(&net, &podman) {
-                clashes.push(format!(
-                    "{} uses {net}, inside Podman's default network {PODMAN_DEFAULT}",
-                    a.name
-                ));
-            }
-        }
-        for b in &examples[i + 1..] {
-            for bridge in a.bridges() {
-                if b.bridges().contains(&bridge) {
-                    clashes.push(format!(
-                        "{} and {} both use bridge {bridge}",
-                        a.name, b.name
-                    ));
-                }
-            }
-            for x in a.subnets() {
-                for y in b.subnets().iter().filter(|y| overlaps(&x, y)) {
-                    clashes.push(format!("{} ({x}) and {} ({y}) overlap", a.name, b.name));
-                }
-            }
+    for (name, footprint) in &footprints {
+        for net in footprint.subnets.iter().filter(|n| overlaps(n, &podman)) {
+            clashes.push(format!(
+                "{name} uses {net}, inside Podman's default network {PODMAN_DEFAULT}"
+            ));
         }
     }
+    clashes.extend(collisions(&footprints));
     if clashes.is_empty() {
         Ok(format!("{} files", examples.len()))
     } else {
@@ -501,6 +443,11 @@ fn add_one<'a>(
             json!([{"hostPort": host_port, "containerPort": 8080, "protocol": "tcp"}]),
         );
     }
+    if enabled.iter().any(|c| c == "bandwidth") {
+        // As kubelet passes a pod's kubernetes.io/ingress-bandwidth and
+        // egress-bandwidth annotations (bits per second; bursts its own).
+        caps.insert("bandwidth".into(), shaping());
+    }
     if let Some((pci, _)) = &vf {
         if enabled.iter().any(|c| c == "deviceID") {
             caps.insert("deviceID".into(), json!(pci));
@@ -632,6 +579,12 @@ fn check_one(report: &mut Report, scene: &Scene, cni: &CniConfig, a: &Attached) 
             rail_routing(&a.pod, ifname, &result_json(result)),
         );
     }
+    if ex.plugin_types().iter().any(|t| t == "bandwidth") {
+        report.check(
+            ex.id("bandwidth shapes the pod: tbf on its host veth, egress through an ifb"),
+            shaped(scene, &a.veths),
+        );
+    }
     if version_at_least(&a.list.cni_version, "0.4.0") && !a.list.disable_check {
         report.check(
             ex.id("CHECK succeeds"),
@@ -672,6 +625,18 @@ fn del_one(report: &mut Report, scene: &Scene, cni: &CniConfig, a: &Attached) {
             }),
         );
     }
+    if ex.plugin_types().iter().any(|t| t == "bandwidth") {
+        report.check(
+            ex.id("DEL removes bandwidth's ifb"),
+            host_ifbs(&scene.host).and_then(|ifbs| {
+                if ifbs.is_empty() {
+                    Ok(String::new())
+                } else {
+                    Err(format!("ifb devices left: {ifbs:?}"))
+                }
+            }),
+        );
+    }
     for device in &a.moved {
         report.check(
             ex.id(&format!("DEL gives {device} back to the host")),
@@ -692,6 +657,33 @@ fn del_one(report: &mut Report, scene: &Scene, cni: &CniConfig, a: &Attached) {
             },
         );
     }
+}
+
+/// The `bandwidth` capability's value for every example that asks for it:
+/// 100 Mbit/s each way.
+fn shaping() -> Value {
+    json!({
+        "ingressRate": 100_000_000u64, "ingressBurst": 1_000_000u64,
+        "egressRate": 100_000_000u64, "egressBurst": 1_000_000u64,
+    })
+}
+
+/// Whether the example's host veth (the one its ADD made) has a tbf, and
+/// the fake host an ifb for the egress side (only this example shapes).
+fn shaped(scene: &Scene, veths: &[String]) -> Step<String> {
+    let veth = veths.first().ok_or("ADD made no host veth")?;
+    let qdiscs = scene
+        .host
+        .exec("tc", &["qdisc", "show", "dev", veth])
+        .map_err(|e| e.to_string())?;
+    if !qdiscs.contains("qdisc tbf") {
+        return Err(format!("no tbf on {veth}: {qdiscs:?}"));
+    }
+    let ifbs = host_ifbs(&scene.host)?;
+    if ifbs.is_empty() {
+        return Err("no ifb for the egress side".into());
+    }
+    Ok(format!("tbf on {veth}, egress through {}", ifbs.join(",")))
 }
 
 /// The host links a file's plugins name, made as veths in the fake host.

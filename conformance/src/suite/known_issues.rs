@@ -49,6 +49,18 @@ const HOST_DEVICE_ROUTE_GW: &str = "host-device CHECK compares an IPAM route giv
      with the route ADD installed through the range's gateway, and fails (`Expected Route \
      {Dst:{IP:192.168.0.0 Mask:ffff0000} GW:<nil>} not found in routing table`)";
 
+const BANDWIDTH_OWN_NETNS: &str = "bandwidth 1.1.1 looks for the container interface's veth peer \
+     before any netns check, and in the plugin's own netns reports `container interface ... has \
+     no veth peer` (999) instead of refusing the netns (8)";
+
+const VRF_OWN_NETNS: &str = "vrf 1.1.1 looks for CNI_IFNAME before any netns check, and in the \
+     plugin's own netns reports `cmdAdd failed: could not get link by name ...` (999) instead of \
+     refusing the netns (8)";
+
+const FIREWALL_DEL_NO_PREV: &str = "firewall removes a container's rules only for the addresses \
+     of the prevResult it gets on DEL; a runtime that lost its cache sends none, and the \
+     rules stay (ours also finds them by container ID)";
+
 /// The Debian reference plugins' known issues.
 pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
@@ -113,6 +125,26 @@ pub const REFERENCE: &[KnownIssue] = &[
     KnownIssue {
         check_id: "sbr: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
         reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "ptp: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "bandwidth: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: BANDWIDTH_OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "firewall: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "vrf: bad input: CNI_NETNS that is the plugin's own netns -> code 8",
+        reason: VRF_OWN_NETNS,
+    },
+    KnownIssue {
+        check_id: "firewall: DEL without prevResult succeeds and undoes ADD",
+        reason: FIREWALL_DEL_NO_PREV,
     },
     KnownIssue {
         check_id: "sbr: DEL with the netns gone succeeds and releases what ADD took",
@@ -188,6 +220,10 @@ pub const REFERENCE: &[KnownIssue] = &[
     },
     KnownIssue {
         check_id: "chain bridge+portmap 1.0.0, keys HostPort/ContainerPort/Protocol/HostIP (containerd): portmap CHECK right after ADD succeeds",
+        reason: PORTMAP_CHECK,
+    },
+    KnownIssue {
+        check_id: "example 16-bridge-portmap-bandwidth.conflist: CHECK succeeds",
         reason: PORTMAP_CHECK,
     },
     KnownIssue {

@@ -639,7 +639,10 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
         | Subject::Macvlan
         | Subject::Ipvlan
         | Subject::Vlan
-        | Subject::HostDevice => {
+        | Subject::HostDevice
+        | Subject::Ptp
+        | Subject::Tap
+        | Subject::Dummy => {
             for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
                 let what = if key == "cni.dev/valid-attachments" {
                     "GC with cni.dev/valid-attachments releases only stale leases".to_string()
@@ -679,7 +682,13 @@ pub fn gc_checks(report: &mut Report, plugin: &Plugin, subject: Subject) {
                 );
             }
         }
-        Subject::Loopback | Subject::Static | Subject::Tuning | Subject::Sbr => {
+        Subject::Loopback
+        | Subject::Static
+        | Subject::Tuning
+        | Subject::Sbr
+        | Subject::Bandwidth
+        | Subject::Firewall
+        | Subject::Vrf => {
             report.check(
                 id(plugin, "GC with cni.dev/valid-attachments succeeds"),
                 (|| {

@@ -10,7 +10,7 @@ use super::sandbox::Call;
 use crate::testnet::ALL_VERSIONS;
 
 /// The plugin types the suite has scenarios for, in report order.
-pub const KNOWN_TYPES: [&str; 13] = [
+pub const KNOWN_TYPES: [&str; 19] = [
     "loopback",
     "host-local",
     "bridge",
@@ -24,6 +24,12 @@ pub const KNOWN_TYPES: [&str; 13] = [
     "static",
     "tuning",
     "sbr",
+    "ptp",
+    "tap",
+    "dummy",
+    "bandwidth",
+    "firewall",
+    "vrf",
 ];
 
 /// A plugin binary and the versions it claims.

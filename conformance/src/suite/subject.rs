@@ -29,6 +29,20 @@ pub enum Subject {
     Tuning,
     /// Chained after a plugin that gave the pod `eth0` with an address.
     Sbr,
+    /// A veth pair with host routes, addresses from host-local.
+    Ptp,
+    /// A tap device in the pod, addresses from host-local.
+    Tap,
+    /// A dummy link in the pod, addresses from host-local.
+    Dummy,
+    /// Chained after a plugin that gave the pod `eth0` whose veth peer is in
+    /// the fake host ([`Subject::host_peer`]), as bridge or ptp leave it.
+    Bandwidth,
+    /// Chained after a plugin that gave the pod an address; its iptables
+    /// backend writes into the fake host.
+    Firewall,
+    /// Chained after a plugin that gave the pod `eth0` with an address.
+    Vrf,
 }
 
 /// The master link of the macvlan scenarios, made in each fake host.
@@ -49,6 +63,11 @@ pub const TUNED_MTU: u64 = 1400;
 const TUNED_SYSCTL: &str = "net.ipv4.conf.eth0.arp_ignore";
 /// The table `sbr` picks first when the pod has no rules of its own.
 const SBR_TABLE: &str = "100";
+/// The VRF `vrf` scenarios put the pod's eth0 in.
+const VRF_NAME: &str = "suite-vrf0";
+/// The rate and burst of every direction in `bandwidth` scenarios.
+const BANDWIDTH_RATE: u64 = 100_000_000;
+const BANDWIDTH_BURST: u64 = 1_000_000;
 
 /// The host port `portmap` scenarios publish.
 pub const HOST_PORT: u16 = 18080;
@@ -68,6 +87,12 @@ impl Subject {
             "static" => Some(Subject::Static),
             "tuning" => Some(Subject::Tuning),
             "sbr" => Some(Subject::Sbr),
+            "ptp" => Some(Subject::Ptp),
+            "tap" => Some(Subject::Tap),
+            "dummy" => Some(Subject::Dummy),
+            "bandwidth" => Some(Subject::Bandwidth),
+            "firewall" => Some(Subject::Firewall),
+            "vrf" => Some(Subject::Vrf),
             _ => None,
         }
     }
@@ -85,6 +110,12 @@ impl Subject {
             Subject::Static => "static",
             Subject::Tuning => "tuning",
             Subject::Sbr => "sbr",
+            Subject::Ptp => "ptp",
+            Subject::Tap => "tap",
+            Subject::Dummy => "dummy",
+            Subject::Bandwidth => "bandwidth",
+            Subject::Firewall => "firewall",
+            Subject::Vrf => "vrf",
         }
     }
 
@@ -111,6 +142,11 @@ impl Subject {
                 | Subject::HostDevice
                 | Subject::Tuning
                 | Subject::Sbr
+                | Subject::Ptp
+                | Subject::Tap
+                | Subject::Dummy
+                | Subject::Bandwidth
+                | Subject::Vrf
         )
     }
 
@@ -128,13 +164,25 @@ impl Subject {
                 | Subject::HostDevice
                 | Subject::Ipvlan
                 | Subject::Vlan
+                | Subject::Ptp
+                | Subject::Dummy
+                // The MAC, and its IPAM's keys.
+                | Subject::Tap
         )
     }
 
     /// Whether the plugin's ADD needs a prevResult (a chained plugin), so
     /// that versions without prevResult (below 0.3.0) cannot be run.
     pub fn needs_prev_result(self) -> bool {
-        matches!(self, Subject::Portmap | Subject::Tuning | Subject::Sbr)
+        matches!(
+            self,
+            Subject::Portmap
+                | Subject::Tuning
+                | Subject::Sbr
+                | Subject::Bandwidth
+                | Subject::Firewall
+                | Subject::Vrf
+        )
     }
 
     /// The plugin's configuration at `version` (prevResult not included).
@@ -193,6 +241,29 @@ impl Subject {
                 "dataDir": scene.work.join("tuning"),
             }),
             Subject::Sbr => json!({"cniVersion": version, "name": name, "type": "sbr"}),
+            Subject::Ptp => json!({
+                "cniVersion": version, "name": name, "type": "ptp",
+                "ipam": scene.ipam(SUBNET),
+            }),
+            Subject::Tap => json!({
+                "cniVersion": version, "name": name, "type": "tap",
+                "ipam": scene.ipam(SUBNET),
+            }),
+            Subject::Dummy => json!({
+                "cniVersion": version, "name": name, "type": "dummy",
+                "ipam": scene.ipam(SUBNET),
+            }),
+            Subject::Bandwidth => json!({
+                "cniVersion": version, "name": name, "type": "bandwidth",
+                "ingressRate": BANDWIDTH_RATE, "ingressBurst": BANDWIDTH_BURST,
+                "egressRate": BANDWIDTH_RATE, "egressBurst": BANDWIDTH_BURST,
+            }),
+            Subject::Firewall => json!({
+                "cniVersion": version, "name": name, "type": "firewall", "backend": "iptables",
+            }),
+            Subject::Vrf => json!({
+                "cniVersion": version, "name": name, "type": "vrf", "vrfname": VRF_NAME,
+            }),
         }
     }
 
@@ -210,7 +281,13 @@ impl Subject {
             | Subject::Portmap
             | Subject::Static
             | Subject::Tuning
-            | Subject::Sbr => None,
+            | Subject::Sbr
+            | Subject::Ptp
+            | Subject::Tap
+            | Subject::Dummy
+            | Subject::Bandwidth
+            | Subject::Firewall
+            | Subject::Vrf => None,
         }
     }
 
@@ -220,6 +297,8 @@ impl Subject {
         match self {
             Subject::Ipvlan => Some(&["ipvlan", "mode", "l2"]),
             Subject::Vlan => Some(&["vlan", "id", "1"]),
+            Subject::Dummy => Some(&["dummy"]),
+            Subject::Vrf => Some(&["vrf", "table", "10"]),
             Subject::Loopback
             | Subject::HostLocal
             | Subject::Bridge
@@ -228,7 +307,11 @@ impl Subject {
             | Subject::HostDevice
             | Subject::Static
             | Subject::Tuning
-            | Subject::Sbr => None,
+            | Subject::Sbr
+            | Subject::Ptp
+            | Subject::Tap
+            | Subject::Bandwidth
+            | Subject::Firewall => None,
         }
     }
 
@@ -282,7 +365,31 @@ impl Subject {
                 }
                 Ok(())
             }
-            Subject::Tuning | Subject::Sbr => {
+            Subject::Bandwidth => {
+                if scene.has_link(pod, "eth0")? {
+                    return Ok(());
+                }
+                let peer = Subject::host_peer(pod);
+                ip(
+                    &scene.host,
+                    &[
+                        "link",
+                        "add",
+                        &peer,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        "eth0",
+                        "netns",
+                        pod.name(),
+                    ],
+                )?;
+                ip(&scene.host, &["link", "set", &peer, "up"])?;
+                ip(pod, &["link", "set", "eth0", "up"])?;
+                ip(pod, &["address", "add", POD_ADDRESS, "dev", "eth0"])
+            }
+            Subject::Tuning | Subject::Sbr | Subject::Vrf => {
                 if scene.has_link(pod, "eth0")? {
                     return Ok(());
                 }
@@ -294,7 +401,7 @@ impl Subject {
                 )?;
                 ip(pod, &["link", "set", "eth0p", "up"])?;
                 ip(pod, &["link", "set", "eth0", "up"])?;
-                if self == Subject::Sbr {
+                if matches!(self, Subject::Sbr | Subject::Vrf) {
                     ip(pod, &["address", "add", POD_ADDRESS, "dev", "eth0"])?;
                     ip(
                         pod,
@@ -307,8 +414,23 @@ impl Subject {
             | Subject::HostLocal
             | Subject::Bridge
             | Subject::Portmap
-            | Subject::Static => Ok(()),
+            | Subject::Static
+            | Subject::Ptp
+            | Subject::Tap
+            | Subject::Dummy
+            | Subject::Firewall => Ok(()),
         }
+    }
+
+    /// The fake host's end of a `bandwidth` pod's eth0: named after the
+    /// pod, so the prevResult can name it too.
+    fn host_peer(pod: &Netns) -> String {
+        // FNV-1a of the pod's name, 8 hex digits: `suite-bw` + 7 fits the
+        // 15 bytes of a link name.
+        let hash = pod.name().bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        format!("suite-bw{:07x}", hash & 0x0fff_ffff)
     }
 
     /// What a chained plugin gets from the plugin before it: a result
@@ -319,19 +441,33 @@ impl Subject {
         }
         let mac = match self {
             // The chained plugins read or change the real link: name its MAC.
-            Subject::Tuning | Subject::Sbr => pod
+            Subject::Tuning | Subject::Sbr | Subject::Vrf | Subject::Bandwidth => pod
                 .link("eth0")
                 .map_err(|e| e.to_string())?
                 .and_then(|l| l["address"].as_str().map(str::to_string))
                 .ok_or("no eth0 in the pod")?,
             _ => "0a:58:0a:63:00:05".to_string(),
         };
-        let v1 = json!({
-            "cniVersion": "1.0.0",
-            "interfaces": [{"name": "eth0", "mac": mac, "sandbox": pod.path_string()}],
-            "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 0}],
-            "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
-        });
+        let v1 = if self == Subject::Bandwidth {
+            // bandwidth finds the host end among the interfaces without a
+            // sandbox, as bridge and ptp list it.
+            json!({
+                "cniVersion": "1.0.0",
+                "interfaces": [
+                    {"name": Subject::host_peer(pod)},
+                    {"name": "eth0", "mac": mac, "sandbox": pod.path_string()},
+                ],
+                "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 1}],
+                "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
+            })
+        } else {
+            json!({
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": "eth0", "mac": mac, "sandbox": pod.path_string()}],
+                "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 0}],
+                "routes": [{"dst": "0.0.0.0/0", "gw": GATEWAY}],
+            })
+        };
         result_at(version, &v1).map(Some)
     }
 
@@ -537,6 +673,64 @@ impl Subject {
                     "rule from {ip} to table {SBR_TABLE} with its default route"
                 ))
             }
+            Subject::Ptp => {
+                let link = sublink_added(pod, result, "veth")?;
+                let ip = super::scene::first_ipv4(result)
+                    .ok_or_else(|| format!("no IPv4 address in the result {result}"))?;
+                // All of the pod's traffic goes through the host end, which
+                // has a route back to the pod's address alone.
+                let routes = scene
+                    .host
+                    .ip(&["route", "show", &format!("{ip}/32")])
+                    .map_err(|e| e.to_string())?;
+                if !routes.contains("dev veth") {
+                    return Err(format!("no host route to {ip}/32 over a veth: {routes:?}"));
+                }
+                Ok(format!(
+                    "pod eth0 is a veth ({}) with {ip}, host route to {ip}/32",
+                    link["address"]
+                ))
+            }
+            Subject::Tap => {
+                sublink_added(pod, result, "tun")?;
+                Ok("pod eth0 is a tap with the result's address".into())
+            }
+            Subject::Dummy => {
+                sublink_added(pod, result, "dummy")?;
+                Ok("pod eth0 is a dummy link with the result's address".into())
+            }
+            Subject::Bandwidth => {
+                let peer = Subject::host_peer(pod);
+                let qdiscs = scene
+                    .host
+                    .exec("tc", &["qdisc", "show", "dev", &peer])
+                    .map_err(|e| e.to_string())?;
+                if !qdiscs.contains("qdisc tbf") {
+                    return Err(format!("no tbf on the host end {peer}: {qdiscs:?}"));
+                }
+                let ifbs = host_ifbs(&scene.host)?;
+                if ifbs.is_empty() {
+                    return Err("no ifb device in the host for egress".into());
+                }
+                Ok(format!("tbf on {peer}, egress through {}", ifbs.join(",")))
+            }
+            Subject::Firewall => {
+                let rules = firewall_rules(scene)?;
+                if rules.is_empty() {
+                    return Err(format!("no filter rule admits {POD_ADDRESS} in the host"));
+                }
+                Ok(format!("{} filter rules for the pod", rules.len()))
+            }
+            Subject::Vrf => {
+                let link = pod
+                    .link("eth0")
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no eth0 in the pod")?;
+                if link["master"] != VRF_NAME {
+                    return Err(format!("pod eth0 is not in {VRF_NAME}: {link}"));
+                }
+                Ok(format!("pod eth0 is in VRF {VRF_NAME}"))
+            }
         }
     }
 
@@ -594,6 +788,43 @@ impl Subject {
                 }
                 Ok("rule gone".into())
             }
+            Subject::Tap | Subject::Dummy => {
+                if scene.has_link(pod, "eth0")? {
+                    return Err("pod still has eth0".into());
+                }
+                let leased = scene.leased(&self.network());
+                if !leased.is_empty() {
+                    return Err(format!("leases left: {leased:?}"));
+                }
+                Ok("eth0 and lease gone".into())
+            }
+            Subject::Bandwidth => {
+                let ifbs = host_ifbs(&scene.host)?;
+                if !ifbs.is_empty() {
+                    return Err(format!("ifb devices left in the host: {ifbs:?}"));
+                }
+                Ok("ifb gone".into())
+            }
+            Subject::Firewall => {
+                let rules = firewall_rules(scene)?;
+                if !rules.is_empty() {
+                    return Err(format!("rules for the pod left: {rules:?}"));
+                }
+                Ok("the pod's rules gone".into())
+            }
+            Subject::Vrf => {
+                if scene.has_link(pod, VRF_NAME)? {
+                    return Err(format!("{VRF_NAME} is still in the pod (no member left)"));
+                }
+                let link = pod
+                    .link("eth0")
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no eth0 in the pod")?;
+                if link.get("master").is_some() {
+                    return Err(format!("pod eth0 still has a master: {link}"));
+                }
+                Ok("eth0 out of the VRF, the VRF gone".into())
+            }
             Subject::HostLocal => {
                 let leased = scene.leased(&self.network());
                 if leased.is_empty() {
@@ -602,7 +833,7 @@ impl Subject {
                     Err(format!("leases left: {leased:?}"))
                 }
             }
-            Subject::Bridge => {
+            Subject::Bridge | Subject::Ptp => {
                 if scene.has_link(pod, "eth0")? {
                     return Err("pod still has eth0".into());
                 }
@@ -659,4 +890,35 @@ fn sbr_rule_present(pod: &Netns, ip: &str) -> Result<bool, String> {
             .iter()
             .any(|r| r["src"] == ip && r["table"] == SBR_TABLE)
     }))
+}
+
+/// The ifb devices of `host` (bandwidth's egress side).
+pub(super) fn host_ifbs(host: &Netns) -> Result<Vec<String>, String> {
+    let links = host
+        .ip_json(&["-d", "link", "show", "type", "ifb"])
+        .map_err(|e| e.to_string())?;
+    Ok(links
+        .as_array()
+        .map(|links| {
+            links
+                .iter()
+                .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The fake host's filter-table rules that name the pod's address (the
+/// firewall plugin's iptables backend).
+fn firewall_rules(scene: &Scene) -> Result<Vec<String>, String> {
+    let ip = POD_ADDRESS.split('/').next().unwrap_or_default();
+    let saved = scene
+        .host
+        .exec("iptables-save", &["-t", "filter"])
+        .map_err(|e| e.to_string())?;
+    Ok(saved
+        .lines()
+        .filter(|l| l.starts_with("-A ") && l.contains(&format!(" {ip}/32 ")))
+        .map(str::to_string)
+        .collect())
 }
