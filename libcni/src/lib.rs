@@ -34,6 +34,7 @@ pub mod mac_source;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod network_footprint;
 pub mod nftables;
 pub mod plugin_conf;
 pub mod rollback;

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use libcni::conf::{self, NetworkConfigList};
 use libcni::invoke::PluginInfo;
+use libcni::network_footprint::{collisions, Footprint};
 use libcni::runtime::CniConfig;
 use libcni::version::{Semver, SpecVersion};
 use serde_json::Value;
@@ -109,8 +110,19 @@ pub fn run(cni: &CniConfig, dir: &Path, network: Option<&str>) -> Report {
         None => {
             let files = explain_folder(&mut w, dir);
             let mut names = BTreeSet::new();
+            let mut footprints = Vec::new();
             for file in files {
-                check_file(&mut w, cni, &file, &mut names);
+                if let Some(list) = check_file(&mut w, cni, &file, &mut names) {
+                    let raw: Value = serde_json::from_slice(&list.bytes).unwrap_or(Value::Null);
+                    let label = format!("network {:?} ({})", list.name, file.display());
+                    footprints.push((label, Footprint::of(&raw)));
+                }
+            }
+            for collision in collisions(&footprints) {
+                w.warning(
+                    collision,
+                    "give each network a bridge and an address range of its own: on one node, a bridge shared with another subnet fails the second network's ADD (\"already has an IP address different from\"), and overlapping ranges hand out one address twice",
+                );
             }
         }
     }
@@ -266,7 +278,13 @@ pub fn network_names(files: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-fn check_file(w: &mut Writer, cni: &CniConfig, file: &Path, names: &mut BTreeSet<String>) {
+/// Checks one file; returns its network when a runtime would load it.
+fn check_file(
+    w: &mut Writer,
+    cni: &CniConfig,
+    file: &Path,
+    names: &mut BTreeSet<String>,
+) -> Option<NetworkConfigList> {
     let list = match load_file(file) {
         Ok(list) => list,
         Err(e) => {
@@ -274,7 +292,7 @@ fn check_file(w: &mut Writer, cni: &CniConfig, file: &Path, names: &mut BTreeSet
                 format!("{}: {e}", file.display()),
                 "fix the JSON (a .conflist needs \"name\", \"cniVersion\" and a non-empty \"plugins\" list whose entries have \"type\"; a .conf is one plugin object with \"name\" and \"type\")",
             );
-            return;
+            return None;
         }
     };
     if !names.insert(list.name.clone()) {
@@ -286,9 +304,10 @@ fn check_file(w: &mut Writer, cni: &CniConfig, file: &Path, names: &mut BTreeSet
             ),
             "give every network a unique \"name\"",
         );
-        return;
+        return None;
     }
     check_list(w, cni, &list, Some(file));
+    Some(list)
 }
 
 /// A binary a network runs: one of its plugins or a delegate one names.

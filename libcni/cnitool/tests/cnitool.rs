@@ -656,3 +656,38 @@ fn type_errors_name_the_key_path() {
         assert_eq!(pod.links(), vec!["lo".to_string()], "{plugin}");
     }
 }
+
+/// Two networks on one bridge, or with overlapping ranges, break each
+/// other on one node: validate of the folder says which.
+#[test]
+fn validate_warns_about_networks_sharing_a_bridge_or_range() {
+    let setup = Setup::new();
+    setup.write(
+        "10-a.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [
+            {"type": "bridge", "ipam": {"type": "host-local", "subnet": "10.77.0.0/16"}}
+        ]}),
+    );
+    setup.write(
+        "50-b.conf",
+        &json!({"cniVersion": "1.0.0", "name": "b", "type": "bridge",
+                "ipam": {"type": "host-local", "subnet": "10.77.5.0/24"}}),
+    );
+    let a = setup.netconf().join("10-a.conflist");
+    let b = setup.netconf().join("50-b.conf");
+    let (code, text) = validate(&setup, &bin_dir(), None);
+    assert_eq!(code, 0, "warnings alone do not fail: {text}");
+    let fix = "  fix: give each network a bridge and an address range of its own: on one node, a bridge shared with another subnet fails the second network's ADD (\"already has an IP address different from\"), and overlapping ranges hand out one address twice\n";
+    assert_eq!(
+        text,
+        format!(
+            "ok: network \"a\" ({a}): version 1.0.0, plugins bridge, host-local\n\
+             ok: network \"b\" ({b}): version 1.0.0, plugins bridge, host-local\n\
+             warning: network \"a\" ({a}) and network \"b\" ({b}) both use bridge cni0\n{fix}\
+             warning: network \"a\" ({a}) (10.77.0.0/16) and network \"b\" ({b}) (10.77.5.0/24) overlap\n{fix}\
+             0 problems, 2 warnings found\n",
+            a = a.display(),
+            b = b.display()
+        )
+    );
+}
