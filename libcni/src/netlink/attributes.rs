@@ -61,7 +61,7 @@ pub(crate) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
     let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(value);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
     out
