@@ -224,7 +224,7 @@ fn ours_and_the_reference_at_once_never_share_an_address() {
     // Released by whichever implementation did not create them.
     for (cid, _) in &all {
         let w: u32 = cid[1..cid.find('-').unwrap()].parse().unwrap();
-        let binary = if w % 2 == 0 { REFERENCE } else { OURS };
+        let binary = if w.is_multiple_of(2) { REFERENCE } else { OURS };
         Call::new(binary, "DEL", cid, &netns_path).run(&c).ok();
     }
     assert!(leases(data, "mixnet").is_empty());
