@@ -18,8 +18,9 @@
 //! The MAC's precedence is the reference's ([`libcni::mac_source`]):
 //! `runtimeConfig.mac`, then `MAC` in `CNI_ARGS`, then `mac`. Keys match
 //! Go's way (exact spelling first, else any letter case). Without `owner`
-//! and `group` the tap has no owner: any process with `CAP_NET_ADMIN` in
-//! the namespace may attach to it.
+//! and `group` the tap has no owner: only processes with `CAP_NET_ADMIN`
+//! in the namespace may attach to it. With both, a process without that
+//! capability must match both (the tun driver's rule).
 
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};

@@ -3,8 +3,9 @@
 //! rtnetlink cannot create tun/tap devices (the driver refuses
 //! `RTM_NEWLINK`), so the tap is made as `ip tuntap add` makes it:
 //! `TUNSETIFF` creates the device and attaches this file to it,
-//! `TUNSETOWNER` and `TUNSETGROUP` say who may attach later (left out,
-//! the tap has no owner: any process with `CAP_NET_ADMIN` in the
+//! `TUNSETOWNER` and `TUNSETGROUP` say who may attach later without
+//! `CAP_NET_ADMIN` (with both set, a process must match both; left out,
+//! the tap has no owner and only processes with that capability in the
 //! namespace may attach), `TUNSETPERSIST` keeps it when the file closes.
 //! Until that last step the device lives only as long as the file, so any
 //! failure leaves nothing behind. The device is made in the namespace of

@@ -1,7 +1,10 @@
 //! The built `tap` binary, run as a runtime runs it, in namespaces this
 //! test makes, with our `host-local` as IPAM (built on demand by
 //! `workspace_plugin`). The kernel's view is read back with `ip -j -d`
-//! and the tun driver's sysfs files (owner, group, flags) inside the pod.
+//! and the tun driver's sysfs files (owner, group, flags) inside the pod;
+//! traffic by attaching to the tap as its owner would (a python3 snippet
+//! that drops to the owner's uid before `TUNSETIFF`) and catching the
+//! pod's ARP request on it.
 //!
 //! Debian's reference plugins (1.1.1) have no tap, so there is nothing to
 //! run side by side here; the reference's test scenarios (ADD/CHECK/DEL
@@ -545,3 +548,103 @@ fn configuration_errors_change_nothing() {
     f.assert_pod_links(&[]);
     assert!(f.leases().is_empty());
 }
+
+/// Attaches to the tap as a process of `uid`/`gid` would (the file opened
+/// as root, privileges dropped before `TUNSETIFF`, so only the tap's
+/// owner or group can let it in), prints `attached` or the error, then
+/// the first frame the kernel sends out of the tap: ethertype and, for
+/// ARP, the address asked for.
+const ATTACH_SCRIPT: &str = r#"
+import fcntl, os, select, socket, struct, sys
+name, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open("/dev/net/tun", os.O_RDWR)
+os.setgroups([])
+os.setresgid(gid, gid, gid)
+os.setresuid(uid, uid, uid)
+TUNSETIFF, IFF_TAP, IFF_NO_PI = 0x400454CA, 0x0002, 0x1000
+try:
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+except OSError as e:
+    print("refused", e.errno, flush=True)
+    sys.exit(0)
+print("attached", flush=True)
+while True:
+    ready, _, _ = select.select([fd], [], [], 10)
+    if not ready:
+        print("no frame", flush=True)
+        sys.exit(0)
+    frame = os.read(fd, 2048)
+    ethertype = struct.unpack("!H", frame[12:14])[0]
+    if ethertype == 0x0806:
+        print("arp", socket.inet_ntoa(frame[38:42]), flush=True)
+        sys.exit(0)
+"#;
+
+/// Runs [`ATTACH_SCRIPT`] in the pod as `uid`/`gid`; while it waits for a
+/// frame, pings `target` from the pod (the ping fails: nobody answers;
+/// its ARP request is the frame).
+fn attach_and_catch_arp(f: &Fixture, uid: u32, gid: u32, target: &str) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            f.pod.name(),
+            "python3",
+            "-c",
+            ATTACH_SCRIPT,
+            IFNAME,
+        ])
+        .args([uid.to_string(), gid.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let mut seen = vec![first.clone()];
+    if first == "attached" {
+        f.pod.exec("ping", &["-c", "1", "-W", "1", target]);
+        seen.extend(lines.map_while(Result::ok));
+    }
+    child.wait().unwrap();
+    seen
+}
+
+/// The tap carries traffic once a process it lets in attaches: with
+/// owner and group set, an unprivileged process needs both (the tun
+/// driver's rule), and then reads the pod's ARP request for a neighbour;
+/// with only an owner, the uid suffices.
+#[test]
+fn the_owner_attaches_and_traffic_flows() {
+    let f = Fixture::new("tap-traffic");
+    let conf = f.conf("1.0.0", json!({"owner": 4001, "group": 4002}));
+    f.call("ADD", &conf).assert_ok();
+    assert_eq!(
+        attach_and_catch_arp(&f, 4001, 4002, "10.59.0.77"),
+        ["attached", "arp 10.59.0.77"]
+    );
+    for (uid, gid) in [(4001, 4999), (4999, 4002), (4999, 4999)] {
+        assert_eq!(
+            attach_and_catch_arp(&f, uid, gid, "10.59.0.78"),
+            [format!("refused {EPERM}")],
+            "uid {uid} gid {gid}"
+        );
+    }
+    f.call("DEL", &conf).assert_ok();
+
+    let conf = f.conf("1.0.0", json!({"owner": 4001}));
+    f.call("ADD", &conf).assert_ok();
+    assert_eq!(
+        attach_and_catch_arp(&f, 4001, 4999, "10.59.0.79"),
+        ["attached", "arp 10.59.0.79"]
+    );
+    assert_eq!(
+        attach_and_catch_arp(&f, 4999, 4999, "10.59.0.79"),
+        [format!("refused {EPERM}")]
+    );
+    f.call("DEL", &conf).assert_ok();
+}
+
+/// `EPERM`, as Python reports it.
+const EPERM: i32 = 1;
