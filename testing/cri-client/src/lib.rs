@@ -1,0 +1,2 @@
+//! Being built for issue 20; this placeholder only keeps the workspace
+//! compiling until the harness lands.
