@@ -92,11 +92,17 @@ mod tests {
         assert_eq!(pick_mac(None, None, None).unwrap(), None);
         assert_eq!(pick_mac(None, None, Some(C)).unwrap().unwrap()[5], 0x0c);
         assert_eq!(pick_mac(None, Some(B), Some(C)).unwrap().unwrap()[5], 0x0b);
-        assert_eq!(pick_mac(Some(A), Some(B), Some(C)).unwrap().unwrap()[5], 0x0a);
+        assert_eq!(
+            pick_mac(Some(A), Some(B), Some(C)).unwrap().unwrap()[5],
+            0x0a
+        );
         // Empty values do not count; a bad value after the chosen one is
         // not read.
         assert_eq!(pick_mac(Some(""), None, Some(C)).unwrap().unwrap()[5], 0x0c);
-        assert_eq!(pick_mac(Some(A), None, Some("junk")).unwrap().unwrap()[5], 0x0a);
+        assert_eq!(
+            pick_mac(Some(A), None, Some("junk")).unwrap().unwrap()[5],
+            0x0a
+        );
     }
 
     #[test]
@@ -110,7 +116,10 @@ mod tests {
         assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
         assert_eq!(
             e.to_string(),
-            format!("invalid args nope for MAC addr (runtimeConfig.mac): {}", MacError::Syntax)
+            format!(
+                "invalid args nope for MAC addr (runtimeConfig.mac): {}",
+                MacError::Syntax
+            )
         );
     }
 }
