@@ -5,9 +5,6 @@
 //! key. The first non-empty one is taken and must be a unicast, non-zero
 //! Ethernet address ([`parse_unicast_mac`]); the ones after it are not
 //! read.
-//!
-//! (macvlan keeps its own copy of this choice from before this file; the
-//! wording of [`InvalidMac`] is the same, so it can move here unchanged.)
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::iface::{parse_unicast_mac, MacError};

@@ -21,7 +21,7 @@
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
-use libcni::iface::{parse_unicast_mac, MacError};
+use libcni::mac_source::{pick_mac, InvalidMac};
 use libcni::netlink::sublink::MacVlanMode;
 use libcni::plugin_conf::PluginConf;
 use libcni::types::Dns;
@@ -42,36 +42,14 @@ const SHAPE: Shape = Shape::Object(&[
 /// `CNI_ARGS` keys the plugin reads.
 pub const CNI_ARGS_KEYS: [&str; 1] = ["MAC"];
 
-/// Where the container MAC came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MacSource {
-    Config,
-    CniArgs,
-    RuntimeConfig,
-}
-
-impl MacSource {
-    fn describe(self) -> &'static str {
-        match self {
-            MacSource::Config => "mac",
-            MacSource::CniArgs => "CNI_ARGS MAC",
-            MacSource::RuntimeConfig => "runtimeConfig.mac",
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("failed to load netconf: {0}")]
     Decode(#[source] serde_json::Error),
     #[error("unknown macvlan mode: {0:?} (must be bridge, private, vepa, passthru or source)")]
     UnknownMode(String),
-    #[error("invalid args {value} for MAC addr ({}): {reason}", .origin.describe())]
-    InvalidMac {
-        origin: MacSource,
-        value: String,
-        reason: MacError,
-    },
+    #[error(transparent)]
+    InvalidMac(#[from] InvalidMac),
     #[error(transparent)]
     Args(#[from] ArgsError),
     #[error("invalid MTU {mtu}, must be [0, master MTU({master_mtu})]")]
@@ -84,11 +62,7 @@ impl ToCniError for ConfigError {
     fn to_cni_error(&self) -> CniError {
         match self {
             ConfigError::Args(e) => e.to_cni_error(),
-            // CNI_ARGS is the runtime's environment, not the configuration.
-            ConfigError::InvalidMac {
-                origin: MacSource::CniArgs,
-                ..
-            } => CniError::new(ErrorCode::InvalidEnvironment, self.to_string()),
+            ConfigError::InvalidMac(e) => e.to_cni_error(),
             ConfigError::ResultNotExpressible { version } => {
                 CniError::new(ErrorCode::IncompatibleVersion, self.to_string()).with_details(
                     format!(
@@ -98,7 +72,6 @@ impl ToCniError for ConfigError {
             }
             ConfigError::Decode(_)
             | ConfigError::UnknownMode(_)
-            | ConfigError::InvalidMac { .. }
             | ConfigError::MtuOutOfRange { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -154,14 +127,8 @@ impl MacvlanConf {
             .map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
         let mode = parse_mode(keys.mode.as_deref().unwrap_or_default())?;
-        let mac = pick_mac(&[
-            (
-                MacSource::RuntimeConfig,
-                keys.runtime_config.and_then(|r| r.mac),
-            ),
-            (MacSource::CniArgs, args.get("MAC").map(str::to_string)),
-            (MacSource::Config, keys.mac),
-        ])?;
+        let runtime_mac = keys.runtime_config.and_then(|r| r.mac);
+        let mac = pick_mac(runtime_mac.as_deref(), args.get("MAC"), keys.mac.as_deref())?;
         // Its range is the parent's: checked once the parent is found.
         let mtu = keys.mtu.unwrap_or(0);
         let ipam_type = conf
@@ -233,25 +200,6 @@ pub fn mode_name(mode: MacVlanMode) -> &'static str {
         MacVlanMode::Source => "source",
         _ => "bridge",
     }
-}
-
-/// The MAC of the first source that gives a non-empty one.
-fn pick_mac(sources: &[(MacSource, Option<String>)]) -> Result<Option<[u8; 6]>, ConfigError> {
-    let Some((origin, value)) = sources.iter().find_map(|(origin, value)| {
-        value
-            .as_ref()
-            .filter(|v| !v.is_empty())
-            .map(|v| (*origin, v))
-    }) else {
-        return Ok(None);
-    };
-    parse_unicast_mac(value)
-        .map(Some)
-        .map_err(|reason| ConfigError::InvalidMac {
-            origin,
-            value: value.clone(),
-            reason,
-        })
 }
 
 #[cfg(test)]
