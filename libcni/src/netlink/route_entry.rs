@@ -27,6 +27,8 @@ use super::socket::{NetlinkError, NetlinkSocket};
 pub const SCOPE_LINK: u8 = 253;
 /// `RTN_UNICAST`.
 pub const ROUTE_TYPE_UNICAST: u8 = 1;
+/// `RTNH_F_ONLINK`: the gateway is on the link even outside its subnets.
+pub const RTNH_F_ONLINK: u32 = 4;
 /// `RTPROT_BOOT`: what `ip route add` and the Go plugins set.
 pub const PROTOCOL_BOOT: u8 = 3;
 
@@ -94,13 +96,15 @@ impl RouteEntry {
         }
     }
 
-    /// The same route in `table`. Flags are cleared: the kernel sets
-    /// next-hop flags such as `linkdown` itself and refuses a new route
-    /// that carries them (`EINVAL`).
+    /// The same route in `table`. Of the flags only `onlink` stays, the
+    /// one a route is made with: the kernel sets the other next-hop flags
+    /// such as `linkdown` itself and refuses a new route that carries them
+    /// (`EINVAL`), while a gateway outside every subnet of the link needs
+    /// `onlink` to be accepted at all.
     pub fn in_table(&self, table: u32) -> RouteEntry {
         RouteEntry {
             table,
-            flags: 0,
+            flags: self.flags & RTNH_F_ONLINK,
             ..self.clone()
         }
     }
@@ -376,6 +380,51 @@ mod tests {
                 .all(|r| !(r.table == RT_TABLE_MAIN && r.destination == subnet)));
             let e = socket.delete_route_entry(&kernel_route).unwrap_err();
             assert!(e.is_not_found(), "{e}");
+        });
+    }
+
+    /// A route through a gateway outside the link's subnets exists only
+    /// with `onlink`; its copy into another table keeps the flag (sbr,
+    /// source routing and vrf move such routes), where the kernel would
+    /// refuse it without.
+    #[test]
+    fn onlink_routes_copy_with_their_flag() {
+        in_private_netns(|| {
+            let mut socket = RouteSocket::open_current().unwrap();
+            socket
+                .create_veth_pair(&VethPair {
+                    name: "ol-a",
+                    peer_name: "ol-b",
+                    ..VethPair::default()
+                })
+                .unwrap();
+            let link = socket.link_by_name("ol-a").unwrap().unwrap();
+            socket
+                .add_address(link.index, "10.9.0.2/24".parse().unwrap())
+                .unwrap();
+            socket.set_link_up(link.index).unwrap();
+            let mut route = RouteEntry::new("10.50.0.0/16".parse().unwrap());
+            route.gateway = Some("192.168.77.1".parse().unwrap());
+            route.oif = Some(link.index);
+            let without = socket.add_route_entry(&route).unwrap_err();
+            assert!(without.errno().is_some(), "{without}");
+            route.flags = RTNH_F_ONLINK;
+            socket.add_route_entry(&route).unwrap();
+            let listed = socket
+                .list_route_entries(Some(IpFamily::V4))
+                .unwrap()
+                .into_iter()
+                .find(|r| r.table == RT_TABLE_MAIN && r.destination == route.destination)
+                .expect("the onlink route");
+            assert_ne!(listed.flags & RTNH_F_ONLINK, 0);
+            socket.replace_route_entry(&listed.in_table(100)).unwrap();
+            let copy = socket
+                .list_route_entries(Some(IpFamily::V4))
+                .unwrap()
+                .into_iter()
+                .find(|r| r.table == 100 && r.destination == route.destination)
+                .expect("the copy in table 100");
+            assert_ne!(copy.flags & RTNH_F_ONLINK, 0);
         });
     }
 }

@@ -45,9 +45,6 @@ use crate::error::VrfError;
 const PROTOCOL_KERNEL: u8 = 2;
 /// `RTN_LOCAL`.
 const ROUTE_TYPE_LOCAL: u8 = 2;
-/// `RTNH_F_ONLINK`: the gateway is on the link whatever its prefix; the
-/// one next-hop flag a new route may carry, kept when a route moves.
-const NEXTHOP_ONLINK: u32 = 4;
 /// The reference's wait for a re-added address's local route: 8 looks,
 /// 10 ms apart at first, doubling (about 2.5 s in all; the route appears
 /// once duplicate address detection is done).
@@ -232,8 +229,7 @@ impl Enslavement {
             self.wait_for_local_route(address.ip())?;
         }
         for route in &self.saved_routes {
-            let mut moved = route.in_table(self.vrf.table);
-            moved.flags = route.flags & NEXTHOP_ONLINK;
+            let moved = route.in_table(self.vrf.table);
             self.socket
                 .replace_route_entry(&moved)
                 .map_err(|source| VrfError::MoveRoute {
@@ -287,8 +283,7 @@ impl Enslavement {
                 }
             }
             for route in &self.saved_routes {
-                let mut restored = route.in_table(route.table);
-                restored.flags = route.flags & NEXTHOP_ONLINK;
+                let restored = route.in_table(route.table);
                 if let Err(e) = self.socket.replace_route_entry(&restored) {
                     log::warn!("rollback: restore route {}: {e}", route.describe());
                 }
