@@ -36,6 +36,28 @@ enum Cmd {
     /// Podman (CNI backend) running a container with a published port on
     /// a bridge network of the plugins.
     Podman(PodmanArgs),
+    /// Redraws the ADD-latency chart from a `bench --json` file.
+    Chart(ChartArgs),
+}
+
+#[derive(clap::Args)]
+struct ChartArgs {
+    /// A file written by `bench --json`.
+    json: PathBuf,
+    /// Where the SVG is written.
+    #[arg(long)]
+    out: PathBuf,
+    /// The chain group whose growth series are drawn.
+    #[arg(long, default_value = "chain_portmap")]
+    group: String,
+    /// Legend of our side, when the file does not name it (files before
+    /// 2026-12-02 do not).
+    #[arg(long)]
+    ours_label: Option<String>,
+    /// Legend of the reference side, when the file does not name it
+    /// (default: the Debian package of /usr/lib/cni on this machine).
+    #[arg(long)]
+    reference_label: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -192,6 +214,13 @@ fn main() -> ExitCode {
                 echo: true,
             },
         )),
+        Cmd::Chart(args) => match run_chart(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("chart failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Podman(args) => finish(&suite::podman::run(&suite::podman::PodmanOptions {
             plugins: args.plugins,
             echo: true,
@@ -382,21 +411,14 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
         }
         raw.insert(group.into(), serde_json::to_value(figs).unwrap_or_default());
     }
+    let ours_label = ours_label(&a.ours);
+    let reference_label = reference_label(&a.reference);
     if let (Some(path), Some((name, figs))) = (&a.chart, &growth) {
-        let title = format!(
-            "{name}: ADD latency, {} pods added one by one, median of {} series ({})",
-            a.growth_pods,
-            a.growth_series,
-            bench::machine_line()
-        );
-        let ours = bench::chain::pointwise_median(&figs.growth_add_ms[0]);
-        let reference = bench::chain::pointwise_median(&figs.growth_add_ms[1]);
-        let svg = bench::chart::svg(
-            &title,
-            &[
-                ("ours", "#1f77b4", &ours),
-                ("reference", "#d62728", &reference),
-            ],
+        let svg = growth_chart(
+            name,
+            &figs.growth_add_ms,
+            &bench::machine_line(),
+            [&ours_label, &reference_label],
         );
         std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
@@ -412,10 +434,117 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             serde_json::to_value(&rows).unwrap_or_default(),
         );
         raw.insert("machine".into(), bench::machine_line().into());
+        raw.insert("ours_label".into(), ours_label.into());
+        raw.insert("reference_label".into(), reference_label.into());
         raw.insert("state_dir".into(), state.dir.display().to_string().into());
         raw.insert("state_file_system".into(), state.file_system.into());
         std::fs::write(path, serde_json::Value::Object(raw).to_string())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The ADD-latency chart of one chain group: the pointwise median of each
+/// side's growth series, ours first (drawn again alone on its own scale).
+fn growth_chart(
+    group: &str,
+    growth_add_ms: &[Vec<Vec<f64>>; 2],
+    machine: &str,
+    labels: [&str; 2],
+) -> String {
+    let plugins = match group.replace('_', "-").as_str() {
+        "chain" => "bridge + host-local",
+        "chain-portmap" => "bridge + host-local + portmap",
+        "chain-portmap-nftables" => "bridge + host-local + portmap (nftables)",
+        other => return format!("<!-- unknown chain group {other} -->\n"),
+    }
+    .to_string();
+    let series = growth_add_ms[0].len().min(growth_add_ms[1].len());
+    let pods = growth_add_ms[0].first().map_or(0, Vec::len);
+    let title = format!("ADD latency against pods already attached: {plugins}");
+    let subtitle = format!(
+        "{pods} pods added one by one per side, pointwise median of {series} series; {machine}"
+    );
+    let ours = bench::chain::pointwise_median(&growth_add_ms[0]);
+    let reference = bench::chain::pointwise_median(&growth_add_ms[1]);
+    bench::chart::svg(
+        &title,
+        &subtitle,
+        &[
+            bench::chart::Series {
+                label: labels[0],
+                colour: "#1f77b4",
+                values: &ours,
+            },
+            bench::chart::Series {
+                label: labels[1],
+                colour: "#d62728",
+                values: &reference,
+            },
+        ],
+    )
+}
+
+fn run_chart(a: &ChartArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&a.json)
+        .map_err(|e| format!("cannot read {}: {e}", a.json.display()))?;
+    let raw: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", a.json.display()))?;
+    let growth: [Vec<Vec<f64>>; 2] = raw
+        .get(&a.group)
+        .and_then(|g| g.get("growth_add_ms"))
+        .and_then(|g| serde_json::from_value(g.clone()).ok())
+        .ok_or_else(|| {
+            format!(
+                "{} has no growth series of group {} (growth_add_ms)",
+                a.json.display(),
+                a.group
+            )
+        })?;
+    let label = |key: &str, given: &Option<String>, fallback: &dyn Fn() -> String| {
+        given
+            .clone()
+            .or_else(|| raw.get(key).and_then(|v| v.as_str()).map(str::to_string))
+            .unwrap_or_else(fallback)
+    };
+    let ours = label("ours_label", &a.ours_label, &|| {
+        ours_label(std::path::Path::new(
+            "target/x86_64-unknown-linux-musl/release",
+        ))
+    });
+    let reference = label("reference_label", &a.reference_label, &|| {
+        reference_label(std::path::Path::new("/usr/lib/cni"))
+    });
+    let machine = raw.get("machine").and_then(|v| v.as_str()).unwrap_or("");
+    let svg = growth_chart(&a.group, &growth, machine, [&ours, &reference]);
+    std::fs::write(&a.out, svg).map_err(|e| format!("cannot write {}: {e}", a.out.display()))
+}
+
+/// Legend of our side: the suite's version and where the plugins came from.
+fn ours_label(dir: &std::path::Path) -> String {
+    format!(
+        "ours: cni-rs {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        dir.display()
+    )
+}
+
+/// Legend of the reference side: the Debian package (and version) that
+/// installed `dir/bridge` when dpkg knows it, else the folder.
+fn reference_label(dir: &std::path::Path) -> String {
+    let dpkg = |args: &[&str]| {
+        std::process::Command::new("dpkg-query")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let bridge = dir.join("bridge");
+    let package = dpkg(&["-S", &bridge.to_string_lossy()])
+        .and_then(|line| line.split(':').next().map(str::to_string));
+    match package.and_then(|p| dpkg(&["-W", "-f", "${Version}", &p]).map(|v| (p, v))) {
+        Some((package, version)) => format!("reference: Debian {package} {version}"),
+        None => format!("reference: plugins in {}", dir.display()),
+    }
 }
