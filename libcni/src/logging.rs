@@ -7,7 +7,17 @@
 //!
 //! Settings come from the environment first (`CNI_LOG_LEVEL`, `CNI_LOG_FILE`,
 //! an operator's override for every network) and then from the plugin
-//! configuration (`logLevel`, `logFile`). The default level is `warn`.
+//! configuration (`logLevel`, `logFile`). The default level is `warn`. A
+//! level that is not understood is skipped with a warning, never an error:
+//! a bad log setting must not fail a network.
+//!
+//! Every line names the plugin and the call it belongs to ([`LogContext`]),
+//! because many plugins and containers share one file:
+//! `2024-05-01T12:00:00.123Z INFO  bridge[4242] ADD container=abc ifname=eth0: ...`.
+//! A delegated plugin (IPAM) reads the same configuration, so it writes to
+//! the same file; [`DELEGATED_BY_ENV`] tells it who called it, its lines say
+//! so, and it leaves logging its failure as an error to the caller, which
+//! reports it to the runtime (each failure appears once).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -24,6 +34,59 @@ pub const LEVEL_KEY: &str = "logLevel";
 pub const FILE_KEY: &str = "logFile";
 
 pub const DEFAULT_LEVEL: LevelFilter = LevelFilter::Warn;
+
+/// Set by [`crate::invoke::Delegator`] for the plugins it runs: the name of
+/// the calling plugin.
+pub const DELEGATED_BY_ENV: &str = "CNI_RS_DELEGATED_BY";
+
+/// The level names [`parse_level`] knows, for messages.
+pub const KNOWN_LEVELS: &str = "off, error, warn, info, debug, trace";
+
+/// Which plugin call a line belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogContext {
+    /// The plugin's name, as its binary is called (`bridge`, `host-local`).
+    pub plugin: String,
+    /// `ADD`, `DEL`, ...; empty before the command is known.
+    pub command: String,
+    /// Empty for GC and STATUS, which are not about one container.
+    pub container_id: String,
+    pub ifname: String,
+    /// The plugin that ran this one as a delegate (`bridge` for its IPAM).
+    pub delegated_by: Option<String>,
+}
+
+impl LogContext {
+    /// The name this process was started under (`argv[0]`'s file name).
+    pub fn process_plugin_name() -> String {
+        std::env::args_os()
+            .next()
+            .as_deref()
+            .map(Path::new)
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "cni-plugin".to_string())
+    }
+
+    /// `bridge[4242] ADD container=abc ifname=eth0`, or
+    /// `host-local[4243] (IPAM of bridge) ADD container=abc ifname=eth0`.
+    fn write_prefix(&self, out: &mut impl Write, pid: u32) -> io::Result<()> {
+        write!(out, "{}[{pid}]", self.plugin)?;
+        if let Some(parent) = &self.delegated_by {
+            write!(out, " (delegate of {parent})")?;
+        }
+        if !self.command.is_empty() {
+            write!(out, " {}", self.command)?;
+        }
+        if !self.container_id.is_empty() {
+            write!(out, " container={}", self.container_id)?;
+        }
+        if !self.ifname.is_empty() {
+            write!(out, " ifname={}", self.ifname)?;
+        }
+        Ok(())
+    }
+}
 
 /// Where and how much to log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,19 +109,74 @@ impl LogSettings {
     /// value counts as unset, since a bad log setting must never fail a
     /// plugin.
     pub fn resolve(env_level: Option<&str>, env_file: Option<&str>, conf: &Value) -> LogSettings {
+        Self::resolve_with_warnings(env_level, env_file, conf).0
+    }
+
+    /// As [`LogSettings::resolve`], also returning a warning for each level
+    /// value that was skipped, to be logged once the logger is up.
+    pub fn resolve_with_warnings(
+        env_level: Option<&str>,
+        env_file: Option<&str>,
+        conf: &Value,
+    ) -> (LogSettings, Vec<String>) {
         let conf_str = |key: &str| conf.get(key).and_then(Value::as_str);
-        let level = [env_level, conf_str(LEVEL_KEY)]
-            .into_iter()
-            .flatten()
-            .find_map(parse_level)
-            .unwrap_or(DEFAULT_LEVEL);
+        let mut warnings = Vec::new();
+        let mut level = None;
+        let candidates = [(LEVEL_ENV, env_level), (LEVEL_KEY, conf_str(LEVEL_KEY))];
+        for (source, value) in candidates {
+            let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+                continue;
+            };
+            match parse_level(value) {
+                Some(parsed) if level.is_none() => level = Some((parsed, source)),
+                Some(_) => {}
+                None => warnings.push(format!(
+                    "unknown log level {value:?} in {source} (known: {KNOWN_LEVELS}); ignored"
+                )),
+            }
+        }
+        if let Some(other) = conf.get(LEVEL_KEY).filter(|v| !v.is_string()) {
+            warnings.push(format!(
+                "{LEVEL_KEY} must be a string such as \"info\", not {other}; ignored"
+            ));
+        }
+        if !warnings.is_empty() {
+            let effective = match level {
+                Some((parsed, source)) => format!("{} from {source}", level_name(parsed)),
+                None => format!("the default, {}", level_name(DEFAULT_LEVEL)),
+            };
+            for w in &mut warnings {
+                w.push_str(&format!("; logging at {effective}"));
+            }
+        }
         let file = [env_file, conf_str(FILE_KEY)]
             .into_iter()
             .flatten()
             .find(|f| !f.is_empty())
             .map(PathBuf::from);
-        LogSettings { level, file }
+        let level = level.map_or(DEFAULT_LEVEL, |(parsed, _)| parsed);
+        (LogSettings { level, file }, warnings)
     }
+}
+
+/// `10.0.0.2/24, fd00::2/64`: a list for a log line, each item in its
+/// human (Display) form; `none` when empty.
+pub fn joined<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    let text = items
+        .into_iter()
+        .map(|item| item.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if text.is_empty() {
+        "none".to_string()
+    } else {
+        text
+    }
+}
+
+/// The name operators write for a level (`warn`, not `WARN`).
+fn level_name(level: LevelFilter) -> String {
+    level.as_str().to_ascii_lowercase()
 }
 
 /// Level names as the Go plugins that log (sriov, rdma) spell them, plus the
@@ -79,7 +197,16 @@ pub fn parse_level(s: &str) -> Option<LevelFilter> {
 /// effect; later ones return `false`. Never fails: a log file that cannot be
 /// opened is reported on stderr and logging goes on there alone.
 pub fn init(settings: &LogSettings) -> bool {
-    let logger = build_logger(settings, Box::new(io::stderr()));
+    let context = LogContext {
+        plugin: LogContext::process_plugin_name(),
+        ..LogContext::default()
+    };
+    init_with_context(settings, context)
+}
+
+/// As [`init`], with every line naming `context`'s plugin and call.
+pub fn init_with_context(settings: &LogSettings, context: LogContext) -> bool {
+    let logger = build_logger_with_context(settings, context, Box::new(io::stderr()));
     let level = logger.filter();
     if log::set_boxed_logger(Box::new(logger)).is_err() {
         return false;
@@ -89,8 +216,18 @@ pub fn init(settings: &LogSettings) -> bool {
 }
 
 /// The logger [`init`] installs, writing to `stderr` and the settings' file.
-pub fn build_logger(
+pub fn build_logger(settings: &LogSettings, stderr: Box<dyn Write + Send>) -> env_logger::Logger {
+    let context = LogContext {
+        plugin: LogContext::process_plugin_name(),
+        ..LogContext::default()
+    };
+    build_logger_with_context(settings, context, stderr)
+}
+
+/// The logger [`init_with_context`] installs.
+pub fn build_logger_with_context(
     settings: &LogSettings,
+    context: LogContext,
     mut stderr: Box<dyn Write + Send>,
 ) -> env_logger::Logger {
     let file = settings
@@ -108,7 +245,7 @@ pub fn build_logger(
     let tee = TeeWriter { stderr, file };
     env_logger::Builder::new()
         .filter_level(settings.level)
-        .format(format_record)
+        .format(move |buf, record| format_record(buf, record, &context))
         .target(env_logger::Target::Pipe(Box::new(tee)))
         .build()
 }
@@ -121,17 +258,22 @@ fn open_log_file(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// `2024-05-01T12:00:00.123Z DEBUG [4242] loopback: message`
-fn format_record(buf: &mut env_logger::fmt::Formatter, record: &log::Record<'_>) -> io::Result<()> {
-    writeln!(
+/// `2024-05-01T12:00:00.123Z INFO  bridge[4242] ADD container=abc ifname=eth0: message`.
+/// env_logger hands the whole line to the writer at once, so lines of
+/// processes sharing the file (O_APPEND) do not interleave.
+fn format_record(
+    buf: &mut env_logger::fmt::Formatter,
+    record: &log::Record<'_>,
+    context: &LogContext,
+) -> io::Result<()> {
+    write!(
         buf,
-        "{} {:<5} [{}] {}: {}",
+        "{} {:<5} ",
         utc_timestamp(SystemTime::now()),
-        record.level(),
-        std::process::id(),
-        record.target(),
-        record.args()
-    )
+        record.level()
+    )?;
+    context.write_prefix(buf, std::process::id())?;
+    writeln!(buf, ": {}", record.args())
 }
 
 /// Writes every line to stderr and to the file; a failing side does not
@@ -226,6 +368,128 @@ mod tests {
         );
     }
 
+    fn add_context() -> LogContext {
+        LogContext {
+            plugin: "loopback".into(),
+            command: "ADD".into(),
+            container_id: "abc123".into(),
+            ifname: "eth0".into(),
+            delegated_by: None,
+        }
+    }
+
+    /// The text after the timestamp: `INFO  plugin[pid] ...: message`.
+    fn line_without_time(logger: &env_logger::Logger, stderr: &SharedBuf) -> String {
+        log_at(logger, log::Level::Info, "10.0.0.2/24 on eth0");
+        let text = stderr.text();
+        let line = text.lines().last().unwrap_or_default();
+        let (time, rest) = line.split_once(' ').unwrap();
+        assert!(time.ends_with('Z') && time.len() == 24, "{line}");
+        rest.replace(&format!("[{}]", std::process::id()), "[PID]")
+    }
+
+    #[test]
+    fn lines_name_the_plugin_and_the_call() {
+        let settings = LogSettings {
+            level: LevelFilter::Info,
+            file: None,
+        };
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&settings, add_context(), Box::new(stderr.clone()));
+        assert_eq!(
+            line_without_time(&logger, &stderr),
+            "INFO  loopback[PID] ADD container=abc123 ifname=eth0: 10.0.0.2/24 on eth0"
+        );
+
+        let delegate = LogContext {
+            plugin: "host-local".into(),
+            delegated_by: Some("bridge".into()),
+            ..add_context()
+        };
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&settings, delegate, Box::new(stderr.clone()));
+        assert_eq!(
+            line_without_time(&logger, &stderr),
+            "INFO  host-local[PID] (delegate of bridge) ADD container=abc123 ifname=eth0: \
+             10.0.0.2/24 on eth0"
+        );
+
+        // GC and STATUS are about no container.
+        let gc = LogContext {
+            plugin: "bridge".into(),
+            command: "GC".into(),
+            ..LogContext::default()
+        };
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&settings, gc, Box::new(stderr.clone()));
+        assert_eq!(
+            line_without_time(&logger, &stderr),
+            "INFO  bridge[PID] GC: 10.0.0.2/24 on eth0"
+        );
+    }
+
+    #[test]
+    fn unknown_levels_are_warned_about() {
+        let conf = json!({"logLevel":"info"});
+        let (s, warnings) = LogSettings::resolve_with_warnings(Some("verbose"), None, &conf);
+        assert_eq!(s.level, LevelFilter::Info);
+        assert_eq!(
+            warnings,
+            vec![
+                "unknown log level \"verbose\" in CNI_LOG_LEVEL (known: off, error, warn, \
+                 info, debug, trace); ignored; logging at info from logLevel"
+            ]
+        );
+
+        let (s, warnings) =
+            LogSettings::resolve_with_warnings(None, None, &json!({"logLevel":"loud"}));
+        assert_eq!(s.level, DEFAULT_LEVEL);
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].starts_with("unknown log level \"loud\" in logLevel"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[0].ends_with("logging at the default, warn"),
+            "{warnings:?}"
+        );
+
+        let (_, warnings) = LogSettings::resolve_with_warnings(None, None, &json!({"logLevel":3}));
+        assert_eq!(
+            warnings,
+            vec![
+                "logLevel must be a string such as \"info\", not 3; ignored; \
+                  logging at the default, warn"
+            ]
+        );
+
+        // Known, empty and absent values warn about nothing; a valid
+        // environment value beside a bad configured one still warns about
+        // the configuration, which is wrong for every other reader.
+        for (env, conf) in [
+            (Some("debug"), json!({})),
+            (Some(""), json!({"logLevel":"error"})),
+            (None, json!({"logLevel":""})),
+        ] {
+            let (_, warnings) = LogSettings::resolve_with_warnings(env, None, &conf);
+            assert!(warnings.is_empty(), "{env:?} {conf}: {warnings:?}");
+        }
+        let (s, warnings) =
+            LogSettings::resolve_with_warnings(Some("debug"), None, &json!({"logLevel":"loud"}));
+        assert_eq!(s.level, LevelFilter::Debug);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+    }
+
+    #[test]
+    fn lists_are_joined_in_display_form() {
+        let nets: Vec<ipnetwork::IpNetwork> = vec![
+            "10.0.0.2/24".parse().unwrap(),
+            "fd00::2/64".parse().unwrap(),
+        ];
+        assert_eq!(joined(&nets), "10.0.0.2/24, fd00::2/64");
+        assert_eq!(joined(Vec::<String>::new()), "none");
+    }
+
     #[test]
     fn level_names() {
         assert_eq!(parse_level("debug"), Some(LevelFilter::Debug));
@@ -260,12 +524,15 @@ mod tests {
             file: Some(path.clone()),
         };
         let stderr = SharedBuf::default();
-        let logger = build_logger(&settings, Box::new(stderr.clone()));
+        let logger = build_logger_with_context(&settings, add_context(), Box::new(stderr.clone()));
         log_at(&logger, log::Level::Info, "lo is up");
         log_at(&logger, log::Level::Debug, "hidden detail");
         let err_text = stderr.text();
         assert!(err_text.contains("INFO "), "{err_text}");
-        assert!(err_text.contains("loopback: lo is up"), "{err_text}");
+        assert!(
+            err_text.contains("ADD container=abc123 ifname=eth0: lo is up"),
+            "{err_text}"
+        );
         assert!(!err_text.contains("hidden detail"));
         let file_text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(file_text, err_text, "the file gets the same lines");

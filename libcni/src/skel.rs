@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::args::{ArgsError, CniArgs};
 use crate::error::{CniError, ErrorCode, ToCniError};
-use crate::logging::{self, LogSettings};
+use crate::logging::{self, LogContext, LogSettings};
 use crate::netns::is_current_thread_netns;
 use crate::plugin_conf::{is_valid_cni_name, ConfHead, PluginConf};
 use crate::types::{AnyResult, ResultError};
@@ -485,13 +485,25 @@ fn dispatch<P: Plugin + ?Sized>(
     let with_version = |e: CniError| e.with_version(version);
     let conf = PluginConf::from_head(head, version).map_err(|e| with_version(e.to_cni_error()))?;
 
+    let env_text = |name| env.var_os(name).and_then(|v| v.into_string().ok());
+    let delegated_by = env_text(logging::DELEGATED_BY_ENV).filter(|p| !p.is_empty());
     if logger == LoggerSetup::Install {
-        let env_text = |name| env.var_os(name).and_then(|v| v.into_string().ok());
-        logging::init(&LogSettings::resolve(
+        let (settings, warnings) = LogSettings::resolve_with_warnings(
             env_text(logging::LEVEL_ENV).as_deref(),
             env_text(logging::FILE_ENV).as_deref(),
             conf.raw(),
-        ));
+        );
+        let context = LogContext {
+            plugin: LogContext::process_plugin_name(),
+            command: command.as_str().to_string(),
+            container_id: vars.container_id.clone(),
+            ifname: vars.ifname.clone(),
+            delegated_by: delegated_by.clone(),
+        };
+        logging::init_with_context(&settings, context);
+        for warning in warnings {
+            log::warn!("{warning}");
+        }
     }
 
     let netns_override = matches!(
@@ -510,11 +522,13 @@ fn dispatch<P: Plugin + ?Sized>(
         conf,
     };
     log::debug!(
-        "{command} container={:?} netns={:?} ifname={:?} network={:?} version={version}",
-        args.container_id,
-        args.netns,
-        args.ifname,
-        args.conf.name
+        "network {}, netns {}, CNI version {version}",
+        args.conf.name,
+        if args.netns.is_empty() {
+            "(none)"
+        } else {
+            &args.netns
+        },
     );
 
     if matches!(command, Command::Add | Command::Del)
@@ -531,7 +545,7 @@ fn dispatch<P: Plugin + ?Sized>(
     }
 
     let plugin_error = |e: P::Error| {
-        log::error!("{command} failed: {e}");
+        log_failure(command, &e, delegated_by.as_deref());
         with_version(e.to_cni_error())
     };
     match command {
@@ -560,6 +574,16 @@ fn dispatch<P: Plugin + ?Sized>(
             .map_err(plugin_error),
         // Answered above, before stdin is read.
         Command::Version => Ok(Reply::Json(version_json(supported))),
+    }
+}
+
+/// A failure is logged once, as an error, by the plugin that reports it to
+/// the runtime. A delegate's failure reaches the runtime through its caller
+/// (whose message includes it), so the delegate only notes it at debug.
+fn log_failure(command: Command, error: &dyn fmt::Display, delegated_by: Option<&str>) {
+    match delegated_by {
+        None => log::error!("{command} failed: {error}"),
+        Some(caller) => log::debug!("{command} failed, reported by {caller}: {error}"),
     }
 }
 

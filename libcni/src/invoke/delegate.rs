@@ -42,8 +42,15 @@ impl<E: Exec> Delegator<E> {
         self.exec.find_in_path(plugin, &self.env.cni_path())
     }
 
+    /// The delegate is also told who called it: it reads the same
+    /// configuration, so it logs into the same file, and its lines and
+    /// failures should say whose delegate they are
+    /// ([`crate::logging::DELEGATED_BY_ENV`]).
     fn env_for(&self, command: Command) -> PluginEnv {
-        self.env.clone().with("CNI_COMMAND", command.as_str())
+        self.env.clone().with("CNI_COMMAND", command.as_str()).with(
+            crate::logging::DELEGATED_BY_ENV,
+            crate::logging::LogContext::process_plugin_name(),
+        )
     }
 
     /// ADD; a result without `cniVersion` is in `netconf`'s version.

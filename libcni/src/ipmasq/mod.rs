@@ -134,16 +134,20 @@ pub fn setup(
     ifname: &str,
     ips: &[IpNetwork],
 ) -> Result<(), IpMasqError> {
-    log::debug!(
-        "ipmasq setup ({}) for {container_id}/{ifname} on {network}: {ips:?}",
-        backend.as_str()
-    );
-    match backend {
+    let outcome = match backend {
         // The iptables layout has no place for the interface name (as in
         // the reference).
         MasqBackend::Iptables => iptables::setup(network, container_id, ips),
         MasqBackend::Nftables => Ok(nftables::setup(network, ifname, container_id, ips)?),
+    };
+    if outcome.is_ok() {
+        log::info!(
+            "masquerading traffic from {} that leaves its subnet ({} backend)",
+            crate::logging::joined(ips),
+            backend.as_str()
+        );
     }
+    outcome
 }
 
 /// Removes what [`setup`] made with either backend (the attachment may come
@@ -168,6 +172,9 @@ pub fn teardown(
         if probe_nftables().is_ok() {
             errors.push(e.into());
         }
+    }
+    if errors.is_empty() {
+        log::info!("removed the masquerade rules of network {network}, if any");
     }
     IpMasqError::from_list(errors)
 }
