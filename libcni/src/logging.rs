@@ -174,6 +174,24 @@ pub fn joined<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> Strin
     }
 }
 
+/// A route for a log line: `0.0.0.0/0 via 10.0.0.1`, with the table
+/// when it is not the main one.
+pub struct RouteText<'a>(pub &'a crate::types::Route);
+
+impl std::fmt::Display for RouteText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let route = self.0;
+        write!(f, "{}", route.dst)?;
+        if let Some(gw) = route.gw {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(table) = route.table {
+            write!(f, " table {table}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The name operators write for a level (`warn`, not `WARN`).
 fn level_name(level: LevelFilter) -> String {
     level.as_str().to_ascii_lowercase()
@@ -488,6 +506,15 @@ mod tests {
         ];
         assert_eq!(joined(&nets), "10.0.0.2/24, fd00::2/64");
         assert_eq!(joined(Vec::<String>::new()), "none");
+        let routes: Vec<crate::types::Route> = serde_json::from_value(json!([
+            {"dst":"0.0.0.0/0","gw":"10.0.0.1"},
+            {"dst":"10.1.0.0/16","table":100}
+        ]))
+        .unwrap();
+        assert_eq!(
+            joined(routes.iter().map(RouteText)),
+            "0.0.0.0/0 via 10.0.0.1, 10.1.0.0/16 table 100"
+        );
     }
 
     #[test]

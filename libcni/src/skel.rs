@@ -501,8 +501,11 @@ fn dispatch<P: Plugin + ?Sized>(
             delegated_by: delegated_by.clone(),
         };
         logging::init_with_context(&settings, context);
-        for warning in warnings {
-            log::warn!("{warning}");
+        // A delegate reads the same settings; its caller has warned already.
+        if delegated_by.is_none() {
+            for warning in warnings {
+                log::warn!("{warning}");
+            }
         }
     }
 
