@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use ipnetwork::IpNetwork;
 use libcni::iface;
 use libcni::invoke::{Delegator, Exec, InvokeError};
+use libcni::logging;
 use libcni::netlink::{format_mac, LinkInfo, OperState, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -197,6 +198,13 @@ impl<'a, E: Exec> Attach<'a, E> {
             None
         };
         self.attach_host_end(&veth)?;
+        log::info!(
+            "veth {} attached to bridge {}, peer {} (MAC {}) in the container",
+            veth.host.name,
+            self.bridge.link.name,
+            args.ifname,
+            format_mac(&veth.container.mac)
+        );
         if conf.mac_spoof_check {
             self.rollback.push(Undo::TeardownSpoofCheck);
             self.rules.setup_spoof_check(&SpoofCheck {
@@ -271,6 +279,12 @@ impl<'a, E: Exec> Attach<'a, E> {
                 &self.args.ifname,
                 &container_ips,
             )?;
+            log::info!(
+                "addresses {} on {} (from IPAM {})",
+                logging::joined(container_ips.iter().map(|ip| ip.address)),
+                self.args.ifname,
+                self.ipam_type()
+            );
             if self.conf.is_gateway && !gateways.is_empty() {
                 vlan_gateway = self.add_gateways(&gateways)?;
                 gateway::enable_forwarding(&gateways)?;
@@ -312,6 +326,12 @@ impl<'a, E: Exec> Attach<'a, E> {
                 &result.routes,
                 &container_ips,
             )?;
+            if !result.routes.is_empty() {
+                log::info!(
+                    "routes in the container: {}",
+                    logging::joined(result.routes.iter().map(logging::RouteText))
+                );
+            }
         } else if !self.conf.disable_container_interface {
             self.container
                 .set_link_up(veth.container.index)
@@ -486,6 +506,12 @@ impl<'a, E: Exec> Attach<'a, E> {
         if target.is_none() && added {
             bridge_link::pin_mac(&mut self.host, &self.bridge)?;
         }
+        log::info!(
+            "gateway {} on {}{}",
+            logging::joined(gateways.all()),
+            link.name,
+            if added { "" } else { " (already there)" }
+        );
         Ok(target)
     }
 

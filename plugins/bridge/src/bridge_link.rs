@@ -66,7 +66,7 @@ pub fn ensure_bridge(
             break;
         }
         match socket.create_bridge(spec.name, spec.mtu, spec.vlan_filtering) {
-            Ok(()) => log::debug!("created bridge {:?}", spec.name),
+            Ok(()) => log::info!("created bridge {}", spec.name),
             // Someone else created it first; the next lookup finds it.
             Err(e) if e.is_exists() => {}
             Err(e) if spec.vlan_filtering && e.errno() == Some(Errno::EOPNOTSUPP) => {
@@ -164,7 +164,7 @@ pub fn pin_mac(socket: &mut RouteSocket, bridge: &Bridge) -> Result<(), BridgeEr
             Some(now) if !is_zero_mac(&now.mac) => now.mac,
             _ => {
                 log::info!(
-                    "bridge {:?} has no MAC address yet; not pinning it",
+                    "bridge {} has no MAC address yet; not pinning it",
                     bridge.link.name
                 );
                 return Ok(());

@@ -82,7 +82,6 @@ pub fn del<E: Exec>(
         let mut firewall_errors = Vec::new();
         if conf.mac_spoof_check {
             if let Err(e) = rules.teardown_spoof_check(&args.container_id, &args.ifname) {
-                log::warn!("{e}");
                 firewall_errors.push(e);
             }
         }
@@ -102,7 +101,10 @@ pub fn del<E: Exec>(
         // Reported in the order of the module docs.
         let mut errors: Vec<BridgeError> = interface_error.into_iter().collect();
         if let Some(deletion) = deletion {
-            errors.extend(finished(deletion, "link deletion").err());
+            match finished(deletion, "link deletion") {
+                Ok(()) => log::info!("deleted {} and its veth peer on the bridge", args.ifname),
+                Err(e) => errors.push(e),
+            }
         }
         if let Some(released) = released {
             errors.extend(finished(released, "IPAM DEL").err());
@@ -174,7 +176,7 @@ impl ContainerInterface {
                 .map_err(|e| e.context(format!("delete {:?}", self.ifname)).into()),
             Ok(false) => Ok(()),
             Err(e) => {
-                log::debug!("cannot park {:?} ({e}); deleting it now", self.ifname);
+                log::debug!("cannot park {} ({e}); deleting it now", self.ifname);
                 match self.socket.delete_link(index) {
                     Err(e) if !e.is_not_found() => {
                         Err(e.context(format!("delete {:?}", self.ifname)).into())
@@ -211,7 +213,7 @@ fn find_container_interface(
     let netns = match open_netns(path) {
         Ok(netns) => netns,
         Err(BridgeError::NetNs { source, .. }) if source.is_not_exist() => {
-            log::debug!("netns {path:?} is gone; nothing to delete in it");
+            log::info!("netns {path} is gone; nothing to delete in it");
             return Ok(None);
         }
         Err(e) => return Err(e),
