@@ -75,7 +75,7 @@ impl Plugin for HostLocal {
         let raw = args.conf.raw();
         if raw.get(VALID_ATTACHMENTS_KEY).is_none() && raw.get(LEGACY_ATTACHMENTS_KEY).is_none() {
             log::warn!(
-                "GC without {VALID_ATTACHMENTS_KEY:?} or {LEGACY_ATTACHMENTS_KEY:?}: nothing released"
+                "GC without {VALID_ATTACHMENTS_KEY} or {LEGACY_ATTACHMENTS_KEY}: nothing released"
             );
             return Ok(());
         }
@@ -152,14 +152,17 @@ pub fn add(config: &IpamConfig, attachment: &Attachment) -> Result<v100::Result,
     }
     if let Some(error) = failure {
         if let Err(e) = locked.release_ips(attachment, &reserved) {
-            log::error!("failed to release addresses of the failed ADD {reserved:?}: {e}");
+            log::error!(
+                "failed to release {} reserved by the failed ADD: {e}",
+                libcni::logging::joined(&reserved)
+            );
         }
         return Err(error);
     }
     log::info!(
-        "network {}: reserved {:?} for {attachment}",
-        config.store.network,
-        reserved
+        "reserved {} in network {} for {attachment}",
+        libcni::logging::joined(&reserved),
+        config.store.network
     );
 
     Ok(v100::Result {
@@ -180,7 +183,8 @@ pub fn del(config: &StoreConfig, attachment: &Attachment) -> Result<(), Error> {
     let released = store.lock(config.range_sets)?.release(attachment)?;
     if !released.is_empty() {
         log::info!(
-            "network {}: released {released:?} of {attachment}",
+            "released {} in network {} of {attachment}",
+            libcni::logging::joined(&released),
             config.network
         );
     }
@@ -212,10 +216,13 @@ pub fn gc(config: &StoreConfig, valid: &[(&str, &str)]) -> Result<(), Error> {
         .gc(|owner| valid.keeps(owner))?;
     for lease in &report.released {
         log::info!(
-            "network {}: GC released {} (held by {:?})",
-            config.network,
+            "GC released {} in network {} (held by {})",
             lease.ip,
-            lease.owner
+            config.network,
+            lease.owner.as_ref().map_or_else(
+                || "nobody".to_string(),
+                |o| format!("{}/{}", o.container_id(), o.ifname().unwrap_or("*"))
+            )
         );
     }
     if report.errors.is_empty() {
