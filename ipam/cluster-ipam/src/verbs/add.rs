@@ -86,10 +86,10 @@ pub fn add(config: &AddConfig, attachment: &Attachment) -> Result<v100::Result, 
         return Err(error);
     }
     log::info!(
-        "network {}: node {} reserved {:?} for {attachment}",
-        ipam.store.network,
+        "node {} reserved {} in network {} for {attachment}",
         config.cluster.node,
-        reserved
+        libcni::logging::joined(&reserved),
+        ipam.store.network
     );
     Ok(v100::Result {
         cni_version: SpecVersion::CURRENT,
@@ -103,10 +103,16 @@ pub fn add(config: &AddConfig, attachment: &Attachment) -> Result<v100::Result, 
 /// Releases what a failed ADD reserved, and only that.
 fn undo(session: &mut PoolSession<'_>, attachment: &Attachment, reserved: &[IpAddr]) {
     if let Err(e) = session.locked.release_ips(attachment, reserved) {
-        log::error!("failed to release addresses of the failed ADD {reserved:?}: {e}");
+        log::error!(
+            "failed to release {} reserved by the failed ADD: {e}",
+            libcni::logging::joined(reserved)
+        );
     }
     if let Err(e) = session.release_cluster_ips(reserved) {
-        log::error!("failed to release reservations of the failed ADD {reserved:?}: {e}");
+        log::error!(
+            "failed to release the cluster reservations of {} (failed ADD): {e}",
+            libcni::logging::joined(reserved)
+        );
     }
 }
 

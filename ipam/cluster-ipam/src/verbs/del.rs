@@ -40,11 +40,15 @@ pub fn del(raw: &Value, attachment: &Attachment) -> Result<(), Error> {
         return Ok(());
     }
     log::info!(
-        "network {}: released {released:?} of {attachment}",
+        "released {} in network {} of {attachment}",
+        libcni::logging::joined(&released),
         cluster.store.network
     );
     if let Err(e) = session.release_cluster_ips(&released) {
-        log::warn!("released {released:?} locally, but not their cluster reservations: {e}");
+        log::warn!(
+            "released {} locally, but not their cluster reservations: {e}",
+            libcni::logging::joined(&released)
+        );
     }
     Ok(())
 }
@@ -61,7 +65,8 @@ fn del_local(raw: &Value, attachment: &Attachment) -> Result<(), Error> {
     };
     let released = store.lock(store_config.range_sets)?.release(attachment)?;
     log::info!(
-        "network {}: released {released:?} of {attachment}",
+        "released {} in network {} of {attachment} (local store only)",
+        libcni::logging::joined(&released),
         store_config.network
     );
     Ok(())

@@ -25,7 +25,7 @@ use crate::pool::PoolSession;
 pub fn gc(raw: &Value, valid: &[(&str, &str)]) -> Result<(), Error> {
     if raw.get(VALID_ATTACHMENTS_KEY).is_none() && raw.get(LEGACY_ATTACHMENTS_KEY).is_none() {
         log::warn!(
-            "GC without {VALID_ATTACHMENTS_KEY:?} or {LEGACY_ATTACHMENTS_KEY:?}: nothing released"
+            "GC without {VALID_ATTACHMENTS_KEY} or {LEGACY_ATTACHMENTS_KEY}: nothing released"
         );
         return Ok(());
     }
@@ -38,10 +38,13 @@ pub fn gc(raw: &Value, valid: &[(&str, &str)]) -> Result<(), Error> {
     let report = session.locked.gc(|owner| valid.keeps(owner))?;
     for lease in &report.released {
         log::info!(
-            "network {}: GC released {} (held by {:?})",
-            cluster.store.network,
+            "GC released {} in network {} (held by {})",
             lease.ip,
-            lease.owner
+            cluster.store.network,
+            lease.owner.as_ref().map_or_else(
+                || "nobody".to_string(),
+                |o| format!("{}/{}", o.container_id(), o.ifname().unwrap_or("*"))
+            )
         );
     }
     let mut errors: Vec<Error> = report.errors.into_iter().map(Error::from).collect();
