@@ -134,9 +134,37 @@ impl Mapper {
         container_id: &str,
         ips: &ContainerIps,
     ) -> Result<(), PortmapError> {
-        match self {
-            Mapper::Iptables(m) => m.forward(conf, container_id, ips)?,
-            Mapper::Nftables(m) => m.forward(conf, container_id, ips)?,
+        let backend = match self {
+            Mapper::Iptables(m) => {
+                m.forward(conf, container_id, ips)?;
+                "iptables"
+            }
+            Mapper::Nftables(m) => {
+                m.forward(conf, container_id, ips)?;
+                "nftables"
+            }
+        };
+        for (family, container) in ips.iter() {
+            let rules = conf
+                .mappings
+                .iter()
+                .filter(|m| m.applies_to(family))
+                .map(|m| {
+                    let host = m
+                        .host_ip
+                        .map_or_else(|| "*".to_string(), |ip| ip.to_string());
+                    format!(
+                        "{host}:{}/{} -> {}:{}",
+                        m.host_port,
+                        m.protocol,
+                        container.ip(),
+                        m.container_port
+                    )
+                });
+            log::info!(
+                "DNAT {} ({backend} backend)",
+                libcni::logging::joined(rules)
+            );
         }
         Ok(())
     }
@@ -241,7 +269,9 @@ impl Plugin for PortmapPlugin {
         }
         // The addresses are not needed: rules are found by container ID
         // (and network), never by address.
-        Mapper::open(conf.backend)?.unforward(&conf.network, &args.container_id)
+        Mapper::open(conf.backend)?.unforward(&conf.network, &args.container_id)?;
+        log::info!("removed the port mappings of this container, if any");
+        Ok(())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), PortmapError> {
