@@ -179,6 +179,12 @@ impl<'a, E: Exec> NewSubLink<'a, E> {
             &result,
             announce,
         )?;
+        log::info!(
+            "addresses {} on {}; routes: {}",
+            crate::logging::joined(result.ips.iter().map(|ip| ip.address)),
+            self.args.ifname,
+            crate::logging::joined(result.routes.iter().map(crate::logging::RouteText))
+        );
         if !dns.is_empty() {
             result.dns = dns.clone();
         }
@@ -191,6 +197,7 @@ impl<'a, E: Exec> NewSubLink<'a, E> {
         self.container
             .set_link_up(self.link.index)
             .map_err(|e| e.context(format!("failed to set {ifname:?} up")))?;
+        log::info!("{ifname} is up without addresses (no IPAM)");
         Ok(self.layer2_result(dns))
     }
 
@@ -217,12 +224,12 @@ impl<'a, E: Exec> NewSubLink<'a, E> {
     pub fn undo(&mut self) {
         if let Err(e) = self.container.delete_link(self.link.index) {
             if !e.is_not_found() {
-                log::warn!("rollback: delete {:?}: {e}", self.args.ifname);
+                log::warn!("rollback: delete {}: {e}", self.args.ifname);
             }
         }
         if let Some(plugin) = &self.leased_from {
             if let Err(e) = self.ipam.del(plugin, self.args.conf.bytes()) {
-                log::warn!("rollback: IPAM DEL with {plugin:?}: {e}");
+                log::warn!("rollback: IPAM DEL with {plugin}: {e}");
             }
         }
     }
@@ -244,8 +251,8 @@ where
         // Before the lease goes, so the address is not handed out again
         // while this link still answers for it.
         match delete_in_container(&args.netns, &args.ifname) {
-            Ok(true) => {}
-            Ok(false) => log::debug!("{:?} was already gone", args.ifname),
+            Ok(true) => log::info!("deleted {}", args.ifname),
+            Ok(false) => log::debug!("{} was already gone", args.ifname),
             Err(e) => errors.push(Err::from(e)),
         }
     }
