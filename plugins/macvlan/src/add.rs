@@ -81,6 +81,13 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
     };
     let link = create_in_container(creator, &mut container, &spec)
         .map_err(|e| master_refused(e, &conf, &master))?;
+    log::info!(
+        "created macvlan {} (mode {}, MAC {}) on master {} in the container",
+        args.ifname,
+        mode_name(conf.mode),
+        link.mac_string(),
+        master.name
+    );
 
     let mut new = NewSubLink::new(args, ipam, &netns, container, link);
     attach(&mut new, &conf).inspect_err(|_| new.undo())
