@@ -112,6 +112,17 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         None => Creator::Inside,
     };
     let link = create_in_container(creator, &mut container, &spec)?;
+    log::info!(
+        "created ipvlan {} (mode {}) on master {} in the container",
+        args.ifname,
+        match conf.mode {
+            libcni::netlink::sublink::IpVlanMode::L2 => "l2",
+            libcni::netlink::sublink::IpVlanMode::L3 => "l3",
+            libcni::netlink::sublink::IpVlanMode::L3S => "l3s",
+            _ => "other",
+        },
+        master.name
+    );
 
     let mut new = NewSubLink::new(args, ipam, &netns, container, link);
     attach(&mut new, &conf, chained_ips).inspect_err(|_| new.undo())
