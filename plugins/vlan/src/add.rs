@@ -67,6 +67,12 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         None => Creator::Inside,
     };
     let link = create_in_container(creator, &mut container, &spec)?;
+    log::info!(
+        "created VLAN {} (id {}) on master {} in the container",
+        args.ifname,
+        conf.vlan_id,
+        master.name
+    );
 
     let mut new = NewSubLink::new(args, ipam, &netns, container, link);
     attach(&mut new, &conf).inspect_err(|_| new.undo())
