@@ -206,6 +206,12 @@ pub fn configure_iface(
     }
     configure_addresses(socket, link.index, ifname, &ips)?;
     add_routes(socket, link.index, ifname, &result.routes, &ips)?;
+    // The one line every plugin using this step gets for it.
+    log::info!(
+        "addresses {} on {ifname}; routes: {}",
+        crate::logging::joined(ips.iter().map(|ip| ip.address)),
+        crate::logging::joined(result.routes.iter().map(crate::logging::RouteText))
+    );
     Ok(link)
 }
 

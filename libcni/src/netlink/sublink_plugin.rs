@@ -179,12 +179,6 @@ impl<'a, E: Exec> NewSubLink<'a, E> {
             &result,
             announce,
         )?;
-        log::info!(
-            "addresses {} on {}; routes: {}",
-            crate::logging::joined(result.ips.iter().map(|ip| ip.address)),
-            self.args.ifname,
-            crate::logging::joined(result.routes.iter().map(crate::logging::RouteText))
-        );
         if !dns.is_empty() {
             result.dns = dns.clone();
         }
