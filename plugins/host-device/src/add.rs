@@ -123,8 +123,8 @@ impl Call<'_> {
         };
         if dpdk {
             log::info!(
-                "{:?} is bound to a userspace driver (DPDK): nothing to move",
-                self.conf.pci_function
+                "PCI device {} is bound to a userspace driver (DPDK): nothing to move",
+                self.conf.pci_function.as_deref().unwrap_or("(none)")
             );
             state.pci_address = self.conf.pci_function.clone();
             self.store.save(&state)?;
@@ -170,7 +170,7 @@ impl Call<'_> {
             let moved = move_into_pod(&mut sockets.sides(&self.pod_ns), &saved, &args.ifname)
                 .map_err(HostDeviceError::Transfer)?;
             log::info!(
-                "moved {:?} into {} as {:?}",
+                "moved {} into {} as {}",
                 saved.name,
                 args.netns,
                 args.ifname
@@ -186,6 +186,13 @@ impl Call<'_> {
                 &args.ifname,
                 "move into the container",
             )?;
+            if !state.rdma_devices.is_empty() {
+                log::info!(
+                    "moved RDMA device {} into the container with {}",
+                    libcni::logging::joined(&state.rdma_devices),
+                    args.ifname
+                );
+            }
             undo.push(Undo::ReturnRdma {
                 devices: state.rdma_devices.clone(),
             });

@@ -60,7 +60,7 @@ pub fn del(plugin: &HostDevice, args: &CmdArgs) -> Result<(), HostDeviceError> {
     };
     let device_done = device.is_ok();
     if let Err(e) = device {
-        log::warn!("DEL of {}: {e}", args.ifname);
+        // Reported by the skeleton as DEL's error.
         first_error = Some(e);
     }
     if let Some(ipam) = &conf.ipam_type {
@@ -70,8 +70,12 @@ pub fn del(plugin: &HostDevice, args: &CmdArgs) -> Result<(), HostDeviceError> {
                 plugin: ipam.clone(),
                 source,
             };
-            log::warn!("DEL of {}: {e}", args.ifname);
-            first_error.get_or_insert(e);
+            // Only the first error is returned (and logged by the
+            // skeleton); a second one is logged here, once.
+            match first_error {
+                Some(_) => log::warn!("DEL of {} (besides the error returned): {e}", args.ifname),
+                None => first_error = Some(e),
+            }
         }
     }
     if device_done {
@@ -182,7 +186,7 @@ fn return_device(
                     source,
                 }
             })?;
-            log::info!("{ifname:?} is back in the host as {:?}", saved.name);
+            log::info!("{ifname} is back in the host as {}", saved.name);
             return rdma;
         }
     }
@@ -253,14 +257,14 @@ fn restore_leftover(
     };
     let Some((index, saved)) = found else {
         log::info!(
-            "{ifname:?} is neither in the container nor in the host: already returned, or a \
+            "{ifname} is neither in the container nor in the host: already returned, or a \
              virtual device destroyed with its namespace"
         );
         return Ok(());
     };
     let _lock = lock_device(conf, &saved.name)?;
     log::info!(
-        "{ifname:?} is back in the host (link #{index}): restoring it as {:?}",
+        "{ifname} is back in the host (link #{index}): restoring it as {}",
         saved.name
     );
     restore_in_host(host, index, &saved).map_err(|source| HostDeviceError::Restore {

@@ -46,7 +46,7 @@ pub fn devices_to_move(
     netdev: &str,
 ) -> Result<Vec<String>, HostDeviceError> {
     let listed = sysfs.rdma_devices_of_netdev(netdev).unwrap_or_else(|e| {
-        log::warn!("cannot list the RDMA devices of {netdev:?} in sysfs: {e}");
+        log::warn!("cannot list the RDMA devices of {netdev} in sysfs: {e}");
         Vec::new()
     });
     let failed = |source| HostDeviceError::RdmaMode {
@@ -59,14 +59,17 @@ pub fn devices_to_move(
         // Without an RDMA device in sysfs, a failing query is no reason to
         // refuse a plain netdev.
         Err(e) if listed.is_empty() => {
-            log::info!("cannot read the RDMA netns mode ({e}); {netdev:?} lists no RDMA device");
+            log::info!("cannot read the RDMA netns mode ({e}); {netdev} lists no RDMA device");
             return Ok(Vec::new());
         }
         Err(e) => return Err(failed(e)),
     };
     if mode == RdmaNetnsMode::Shared {
         if !listed.is_empty() {
-            log::info!("RDMA netns mode is shared: {listed:?} stay visible to every namespace");
+            log::info!(
+                "RDMA netns mode is shared: {} stay visible to every namespace",
+                libcni::logging::joined(&listed)
+            );
         }
         return Ok(Vec::new());
     }
@@ -80,15 +83,13 @@ pub fn devices_to_move(
             }
         }
         Err(e) if devices.is_empty() => {
-            log::info!("cannot list RDMA devices ({e}); {netdev:?} lists none in sysfs");
+            log::info!("cannot list RDMA devices ({e}); {netdev} lists none in sysfs");
         }
         Err(e) => return Err(failed(e)),
     }
     devices.retain(|device| match sysfs.rdma_driver(device) {
         Some(driver) if UNMOVABLE_DRIVERS.contains(&driver.as_str()) => {
-            log::info!(
-                "RDMA device {device:?} ({driver}) cannot change namespace; left in the host"
-            );
+            log::info!("RDMA device {device} ({driver}) cannot change namespace; left in the host");
             false
         }
         _ => true,
@@ -146,7 +147,7 @@ pub fn move_all(
         if let Err(source) = ops.move_device(device, from, to) {
             for moved in devices[..i].iter().rev() {
                 if let Err(e) = ops.move_device(moved, to, from) {
-                    log::warn!("cannot move RDMA device {moved:?} back: {e}");
+                    log::warn!("cannot move RDMA device {moved} back: {e}");
                 }
             }
             return Err(HostDeviceError::Rdma {

@@ -122,7 +122,7 @@ pub fn move_into_pod(
         };
         let restored = back.and_then(|host_index| restore_in_host(sides.host, host_index, saved));
         if let Err(e) = restored {
-            log::warn!("cannot put {:?} back after a failed move: {e}", saved.name);
+            log::warn!("cannot put {} back after a failed move: {e}", saved.name);
         }
     }
     outcome
@@ -217,7 +217,7 @@ pub fn move_out_of_pod(
             let back = send_across(sides.host, sides.pod, sides.pod_ns, host_index)
                 .and_then(|i| name_and_raise(sides.pod, i, &pod_link.name, pod_link.up));
             if let Err(e) = back {
-                log::warn!("cannot return {:?} to the container: {e}", pod_link.name);
+                log::warn!("cannot return {} to the container: {e}", pod_link.name);
             }
             Err(taken())
         }
@@ -239,7 +239,7 @@ pub fn restore_in_host(
     let mut first_error = None;
     let mut note = |result: Result<(), TransferError>| {
         if let Err(e) = result {
-            log::warn!("restoring {:?}: {e}", saved.name);
+            log::warn!("restoring {}: {e}", saved.name);
             first_error.get_or_insert(e);
         }
     };
