@@ -1,0 +1,712 @@
+//! Our plugins under Debian's containerd (1.6), driven over CRI as kubelet
+//! drives it: a bridge + portmap conflist of the test's own, containerd's
+//! own loopback network first, pods reachable on their IP and host port,
+//! nothing left after StopPodSandbox and RemovePodSandbox, and a churn of
+//! pods by several workers with containerd SIGKILLed and restarted in the
+//! middle.
+//!
+//! containerd runs in a network namespace the test made (the "host" of
+//! the pod network), with a private root, state dir, socket and config,
+//! and the sandbox image is an OCI archive the test writes. Skipped, with
+//! a SKIPPED line, only when containerd (or runc, ctr, busybox-static) is
+//! not installed; CI installs them (.ci/install-deps).
+//!
+//! `CNI_CRI_PLUGIN_DIR` names a folder of already installed plugins to use
+//! instead of the workspace's own (for example one the installer filled).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use conformance::testnet::{workspace_plugin, TestNetns};
+use cri_client::oci_image::{write_archive, SandboxImage};
+use cri_client::{cri, Containerd, ContainerdConfig, CriClient, PodSpec, PortMapping};
+use serde_json::json;
+
+const SANDBOX_IMAGE: &str = "cnitest.local/sandbox:httpd";
+const BUSYBOX: &str = "/bin/busybox";
+const POD_HTTP_PORT: u16 = 8080;
+const NETWORK_NAME: &str = "cnitest-cri";
+/// The plugins containerd execs for the conflist below, plus its own
+/// loopback network.
+const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
+/// How long the churn workers wait for a restarted containerd.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the tests need that may be missing on a developer machine.
+fn missing_tools() -> Vec<&'static str> {
+    let runs = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut missing = Vec::new();
+    if !runs("containerd", "--version") {
+        missing.push("containerd");
+    }
+    if !runs("ctr", "--version") {
+        missing.push("ctr (package containerd)");
+    }
+    if !runs("runc", "--version") {
+        missing.push("runc");
+    }
+    if !Path::new(BUSYBOX).is_file() {
+        missing.push("busybox-static");
+    }
+    missing
+}
+
+fn skip_unless_installed(test: &str) -> bool {
+    let missing = missing_tools();
+    if missing.is_empty() {
+        return false;
+    }
+    eprintln!(
+        "SKIPPED {test}: not installed: {} (apt-get install containerd runc busybox-static)",
+        missing.join(", ")
+    );
+    true
+}
+
+/// One containerd with our plugins in a namespace of the test's.
+struct CriNode {
+    // Dropped in this order: containerd first (it removes what pods are
+    // left and stops by PID), then the namespace, then the folder.
+    containerd: Containerd,
+    netns: TestNetns,
+    /// host-local's lease folder for the network.
+    lease_dir: PathBuf,
+    /// One line per plugin exec: `COMMAND plugin ifname containerID netns`.
+    call_log: PathBuf,
+    /// containerd's CNI `bin_dir` (wrappers around our binaries).
+    plugin_dir: PathBuf,
+    /// The gateway address on the test's bridge.
+    gateway: String,
+    subnet: String,
+    bridge: String,
+    _work: tempfile::TempDir,
+}
+
+impl CriNode {
+    /// `subnet_base` is a /24 such as `10.244.71` (not 10.88.0.0/16, the
+    /// default containerd example network).
+    fn start(tag: &str, bridge: &str, subnet_base: &str) -> CriNode {
+        let work = tempfile::Builder::new()
+            .prefix("cnitest-cri-")
+            .tempdir()
+            .expect("temp dir");
+        let netns = TestNetns::new(tag);
+        let plugin_dir = work.path().join("bin");
+        let call_log = work.path().join("plugin-calls.log");
+        logging_plugin_dir(&plugin_dir, &call_log);
+
+        let conf_dir = work.path().join("net.d");
+        std::fs::create_dir_all(&conf_dir).expect("conf dir");
+        let ipam_dir = work.path().join("ipam");
+        let subnet = format!("{subnet_base}.0/24");
+        let conflist = json!({
+            "cniVersion": "1.0.0",
+            "name": NETWORK_NAME,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": bridge,
+                    "isGateway": true,
+                    "ipMasq": true,
+                    "hairpinMode": true,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{ "subnet": subnet }]],
+                        "routes": [{ "dst": "0.0.0.0/0" }],
+                        "dataDir": ipam_dir,
+                    }
+                },
+                { "type": "portmap", "capabilities": { "portMappings": true } }
+            ]
+        });
+        std::fs::write(
+            conf_dir.join("10-cnitest-cri.conflist"),
+            serde_json::to_vec_pretty(&conflist).expect("conflist"),
+        )
+        .expect("write conflist");
+
+        let containerd = Containerd::start(ContainerdConfig {
+            netns: netns.path(),
+            work_dir: work.path().join("containerd"),
+            plugin_dir: plugin_dir.clone(),
+            conf_dir,
+            sandbox_image: SANDBOX_IMAGE.to_string(),
+        })
+        .unwrap_or_else(|e| panic!("start containerd: {e}"));
+
+        let archive = work.path().join("sandbox-image.tar");
+        write_archive(
+            &SandboxImage {
+                reference: SANDBOX_IMAGE,
+                busybox: Path::new(BUSYBOX),
+                http_port: POD_HTTP_PORT,
+                index_html: "cnitest pod\n",
+            },
+            &archive,
+        )
+        .unwrap_or_else(|e| panic!("write the sandbox image archive: {e}"));
+        containerd
+            .import_image(&archive)
+            .unwrap_or_else(|e| panic!("import the sandbox image: {e}"));
+
+        CriNode {
+            containerd,
+            netns,
+            lease_dir: ipam_dir.join(NETWORK_NAME),
+            call_log,
+            plugin_dir,
+            gateway: format!("{subnet_base}.1"),
+            subnet,
+            bridge: bridge.to_string(),
+            _work: work,
+        }
+    }
+
+    fn client(&self) -> CriClient {
+        self.containerd
+            .client()
+            .unwrap_or_else(|e| panic!("CRI client: {e}"))
+    }
+
+    fn calls(&self) -> Vec<PluginExec> {
+        std::fs::read_to_string(&self.call_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(PluginExec::parse)
+            .collect()
+    }
+
+    /// `curl` from the fake host namespace; the body on success. (Not
+    /// busybox's wget: Debian's static busybox 1.35 segfaults in it here.)
+    fn http_get(&self, addr: &str, port: u16) -> Result<String, String> {
+        let url = format!("http://{addr}:{port}/index.html");
+        let out = self
+            .netns
+            .exec("curl", &["--silent", "--show-error", "--max-time", "5", &url]);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "curl {url}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Lease files host-local still holds: those named by an IP address
+    /// (its bookkeeping files, such as the last reserved IP, aside).
+    fn leases(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.lease_dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+
+    fn veths(&self) -> Vec<String> {
+        self.netns
+            .ip_json(&["link", "show", "type", "veth"])
+            .as_array()
+            .map(|links| {
+                links
+                    .iter()
+                    .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The namespace's iptables (both families) and nftables rules, as text.
+    fn firewall_rules(&self) -> String {
+        let mut text = String::new();
+        for (program, args) in [
+            ("iptables-save", &[][..]),
+            ("ip6tables-save", &[][..]),
+            ("nft", &["list", "ruleset"][..]),
+        ] {
+            let out = self.netns.exec(program, args);
+            if out.status.success() {
+                text.push_str(&String::from_utf8_lossy(&out.stdout));
+            }
+        }
+        text
+    }
+
+    /// Asserts that nothing of the given pods is left: no lease, no veth,
+    /// no firewall rule naming their sandbox ID or IP, no policy rule
+    /// beyond the kernel's three defaults, no sandbox in containerd.
+    fn assert_nothing_left(&self, ids: &BTreeSet<String>, ips: &BTreeSet<String>) {
+        assert_eq!(self.leases(), Vec::<String>::new(), "host-local leases left");
+        assert_eq!(self.veths(), Vec::<String>::new(), "veths left on the host side");
+        let rules = self.firewall_rules();
+        for needle in ids.iter().chain(ips.iter()) {
+            let hits: Vec<&str> = rules
+                .lines()
+                .filter(|line| line_names(line, needle))
+                .collect();
+            assert!(hits.is_empty(), "firewall rules left for {needle}: {hits:#?}");
+        }
+        let policy_rules = self.netns.ip_json(&["rule", "show"]);
+        assert_eq!(
+            policy_rules.as_array().map(Vec::len),
+            Some(3),
+            "policy routing rules beyond the defaults: {policy_rules}"
+        );
+        let left = self
+            .client()
+            .list_pod_sandboxes(HashMap::new())
+            .unwrap_or_else(|e| panic!("ListPodSandbox: {e}"));
+        assert!(left.is_empty(), "sandboxes left in containerd: {left:#?}");
+    }
+}
+
+/// Whether a rule line names an address or ID as a whole word (so that
+/// 10.0.0.1 does not match 10.0.0.12).
+fn line_names(line: &str, needle: &str) -> bool {
+    line.match_indices(needle).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + needle.len()..].chars().next();
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.');
+        !part(before) && !part(after)
+    })
+}
+
+/// A folder with one small wrapper per plugin: it appends the call to
+/// `log` and execs our binary, so the test sees what containerd ran and in
+/// which order. The binaries are the workspace's own (built on demand), or
+/// those in `CNI_CRI_PLUGIN_DIR`.
+fn logging_plugin_dir(dir: &Path, log: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("plugin dir");
+    let installed = std::env::var_os("CNI_CRI_PLUGIN_DIR").map(PathBuf::from);
+    for name in PLUGINS {
+        let real = match &installed {
+            Some(folder) => {
+                let path = folder.join(name);
+                assert!(path.is_file(), "CNI_CRI_PLUGIN_DIR has no {name}: {}", path.display());
+                path
+            }
+            None => workspace_plugin(name),
+        };
+        let script = format!(
+            "#!/bin/sh\nprintf '%s %s %s %s %s\\n' \"$CNI_COMMAND\" {name} \"${{CNI_IFNAME:--}}\" \"${{CNI_CONTAINERID:--}}\" \"${{CNI_NETNS:--}}\" >> '{log}'\nexec '{real}' \"$@\"\n",
+            log = log.display(),
+            real = real.display(),
+        );
+        let path = dir.join(name);
+        std::fs::write(&path, script).expect("write plugin wrapper");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod plugin wrapper");
+    }
+}
+
+/// One line of the call log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PluginExec {
+    command: String,
+    plugin: String,
+    ifname: String,
+    container_id: String,
+    netns: String,
+}
+
+impl PluginExec {
+    fn parse(line: &str) -> Option<PluginExec> {
+        let mut f = line.split(' ');
+        Some(PluginExec {
+            command: f.next()?.to_string(),
+            plugin: f.next()?.to_string(),
+            ifname: f.next()?.to_string(),
+            container_id: f.next()?.to_string(),
+            netns: f.next()?.to_string(),
+        })
+    }
+}
+
+fn pod(name: &str, host_port: u16, attempt: u32) -> PodSpec {
+    PodSpec {
+        name: name.to_string(),
+        namespace: "cnitest".to_string(),
+        uid: format!("cnitest-uid-{name}"),
+        attempt,
+        port_mappings: vec![PortMapping {
+            protocol: cri::Protocol::Tcp,
+            container_port: POD_HTTP_PORT,
+            host_port,
+            host_ip: String::new(),
+        }],
+        labels: HashMap::from([("cnitest.pod".to_string(), name.to_string())]),
+        log_directory: PathBuf::new(),
+    }
+}
+
+/// One pod through its whole life, checked at every step.
+#[test]
+fn containerd_runs_a_pod_on_our_plugins() {
+    if skip_unless_installed("containerd_runs_a_pod_on_our_plugins") {
+        return;
+    }
+    let started = Instant::now();
+    let node = CriNode::start("cri1", "cnicri1", "10.244.71");
+    let mut client = node.client();
+    let version = client.version().expect("CRI Version");
+    eprintln!(
+        "{} {} (CRI {})",
+        version.runtime_name, version.runtime_version, version.runtime_api_version
+    );
+
+    let host_port = 30080;
+    let id = client
+        .run_pod_sandbox(&pod("web", host_port, 0))
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\ncontainerd log:\n{}", node.containerd.log()));
+    let status = client.pod_sandbox_status(&id).expect("PodSandboxStatus");
+    assert_eq!(status.state, cri::PodSandboxState::SandboxReady);
+    assert_eq!(status.metadata.name, "web");
+    assert_eq!(status.metadata.namespace, "cnitest");
+    let ip = status.ip.clone();
+    assert!(
+        ip.starts_with("10.244.71.") && ip != node.gateway,
+        "the pod's IP {ip:?} should come from the conflist's subnet {}",
+        node.subnet
+    );
+
+    // containerd's own loopback network (ifname lo) and our chain, in the
+    // conflist's order. containerd 1.6.20 (go-cni) sets its networks up
+    // concurrently, so loopback's place among the chain's calls varies.
+    let adds: Vec<PluginExec> = node
+        .calls()
+        .into_iter()
+        .filter(|c| c.command == "ADD" && c.container_id == id)
+        .collect();
+    let loopback: Vec<&PluginExec> = adds.iter().filter(|c| c.plugin == "loopback").collect();
+    assert_eq!(loopback.len(), 1, "one loopback ADD: {adds:#?}");
+    assert_eq!(loopback[0].ifname, "lo");
+    let chain: Vec<(&str, &str)> = adds
+        .iter()
+        .filter(|c| c.plugin != "loopback")
+        .map(|c| (c.plugin.as_str(), c.ifname.as_str()))
+        .collect();
+    assert_eq!(
+        chain,
+        [
+            ("bridge", "eth0"),
+            ("host-local", "eth0"),
+            ("portmap", "eth0")
+        ],
+        "the chain's ADD calls, in order"
+    );
+    // ... and it left the pod's lo up with 127.0.0.1.
+    let pid = status
+        .verbose_info
+        .as_ref()
+        .and_then(|info| info["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no pid in the verbose status: {:?}", status.verbose_info));
+    let lo = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["ip", "-j", "addr", "show", "lo"])
+        .output()
+        .expect("nsenter ip addr show lo");
+    let lo: serde_json::Value = serde_json::from_slice(&lo.stdout).expect("ip -j output");
+    assert!(
+        lo[0]["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "UP")),
+        "pod lo not up: {lo}"
+    );
+    assert!(
+        lo[0]["addr_info"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["local"] == "127.0.0.1")),
+        "pod lo without 127.0.0.1: {lo}"
+    );
+
+    // The pod on the host side: one veth on the test's bridge, one lease.
+    let veths = node.veths();
+    assert_eq!(veths.len(), 1, "one veth for one pod: {veths:?}");
+    let master = node.netns.ip_json(&["link", "show", &veths[0]]);
+    assert_eq!(master[0]["master"], node.bridge.as_str());
+    assert_eq!(node.leases(), vec![ip.clone()]);
+
+    // Reachable on its IP, and on its host port through portmap's DNAT.
+    assert!(node.netns.ping(&ip), "ping {ip} from the host namespace");
+    assert_eq!(node.http_get(&ip, POD_HTTP_PORT).as_deref(), Ok("cnitest pod\n"));
+    assert_eq!(
+        node.http_get(&node.gateway, host_port).as_deref(),
+        Ok("cnitest pod\n"),
+        "the pod through its hostPort on the host's address"
+    );
+
+    client.stop_pod_sandbox(&id).expect("StopPodSandbox");
+    // Stopped: the network is gone already.
+    assert_eq!(node.leases(), Vec::<String>::new(), "lease after StopPodSandbox");
+    assert_eq!(node.veths(), Vec::<String>::new(), "veth after StopPodSandbox");
+    assert!(
+        node.http_get(&node.gateway, host_port).is_err(),
+        "host port still answers after StopPodSandbox"
+    );
+    client.remove_pod_sandbox(&id).expect("RemovePodSandbox");
+
+    let dels: Vec<(String, bool)> = node
+        .calls()
+        .into_iter()
+        .filter(|c| c.command == "DEL" && c.container_id == id && c.plugin != "host-local")
+        .map(|c| (c.plugin, c.netns != "-"))
+        .collect();
+    eprintln!("DEL calls (plugin, with a netns): {dels:?}");
+    assert!(
+        dels.iter().any(|(p, _)| p == "bridge") && dels.iter().any(|(p, _)| p == "portmap"),
+        "containerd sent no DEL to the chain: {dels:?}"
+    );
+
+    node.assert_nothing_left(&BTreeSet::from([id]), &BTreeSet::from([ip]));
+
+    // Without loopback in bin_dir containerd fails the pod. Its cleanup
+    // DELs loopback first, fails there, and keeps the sandbox (state
+    // SANDBOX_NOTREADY, ours set up) for a later StopPodSandbox, as kubelet
+    // sends: with loopback back, that removes everything.
+    let loopback = node.plugin_dir.join("loopback");
+    let parked = node.plugin_dir.join("loopback.parked");
+    std::fs::rename(&loopback, &parked).expect("park loopback");
+    let failed = client.run_pod_sandbox(&pod("no-loopback", host_port, 0));
+    std::fs::rename(&parked, &loopback).expect("restore loopback");
+    let err = failed.expect_err("RunPodSandbox without loopback in bin_dir");
+    assert!(err.to_string().contains("loopback"), "error should name loopback: {err}");
+    let kept = client
+        .list_pod_sandboxes(HashMap::new())
+        .expect("ListPodSandbox");
+    assert_eq!(kept.len(), 1, "the failed sandbox is kept for cleanup: {kept:#?}");
+    assert_ne!(kept[0].state, cri::PodSandboxState::SandboxReady as i32);
+    client.stop_pod_sandbox(&kept[0].id).expect("StopPodSandbox of the failed sandbox");
+    client.remove_pod_sandbox(&kept[0].id).expect("RemovePodSandbox of the failed sandbox");
+    let ids: BTreeSet<String> = node
+        .calls()
+        .into_iter()
+        .filter(|c| c.command == "ADD" && c.plugin == "bridge")
+        .map(|c| c.container_id)
+        .collect();
+    assert_eq!(ids.len(), 2, "a second sandbox reached our bridge");
+    assert!(ids.contains(&kept[0].id));
+    node.assert_nothing_left(&ids, &BTreeSet::new());
+    eprintln!("single pod: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// What one churn worker saw.
+#[derive(Default)]
+struct ChurnRecord {
+    ids: BTreeSet<String>,
+    ips: BTreeSet<String>,
+    failures: Vec<String>,
+    /// Calls that met a containerd that was down and were retried.
+    retried: usize,
+}
+
+/// 50 pods created and removed by 4 workers; containerd is SIGKILLed and
+/// restarted while they run. Every pod must come up with an IP and answer
+/// ping, every call must succeed (retried across the restart, as kubelet
+/// retries), and in the end nothing may be left.
+#[test]
+fn containerd_churn_survives_a_restart() {
+    if skip_unless_installed("containerd_churn_survives_a_restart") {
+        return;
+    }
+    const PODS: usize = 50;
+    const WORKERS: usize = 4;
+    const KILL_AFTER: usize = 20;
+    let started = Instant::now();
+    let mut node = CriNode::start("cri2", "cnicri2", "10.244.72");
+    let socket = node.containerd.socket();
+    let gateway = node.gateway.clone();
+    let netns_name = node.netns.name().to_string();
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let restarted = Arc::new(AtomicBool::new(false));
+    let record = Arc::new(Mutex::new(ChurnRecord::default()));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (next, done, record) = (next.clone(), done.clone(), record.clone());
+            let (socket, netns_name) = (socket.clone(), netns_name.clone());
+            std::thread::spawn(move || {
+                let mut client = reconnect(&socket);
+                loop {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    if n >= PODS {
+                        break;
+                    }
+                    let outcome = pod_life(&mut client, &socket, &netns_name, n);
+                    let mut r = record.lock().unwrap_or_else(|p| p.into_inner());
+                    match outcome {
+                        Ok(life) => {
+                            r.ids.extend(life.ids);
+                            r.ips.insert(life.ip);
+                            r.retried += life.retried;
+                        }
+                        Err(e) => r.failures.push(format!("pod {n}: {e}")),
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+
+    // Kill containerd while the workers are busy, then bring it back.
+    while done.load(Ordering::SeqCst) < KILL_AFTER {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed_at = done.load(Ordering::SeqCst);
+    node.containerd.kill().expect("SIGKILL containerd");
+    std::thread::sleep(Duration::from_millis(500));
+    node.containerd.restart().unwrap_or_else(|e| panic!("restart containerd: {e}"));
+    restarted.store(true, Ordering::SeqCst);
+
+    for worker in workers {
+        worker.join().expect("churn worker panicked");
+    }
+    let record = std::mem::take(&mut *record.lock().unwrap_or_else(|p| p.into_inner()));
+    eprintln!(
+        "churn: {PODS} pods by {WORKERS} workers, containerd killed after {killed_at} done; {} calls retried across the restart; {:.1} s",
+        record.retried,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        killed_at < PODS,
+        "containerd was killed only after the churn ended"
+    );
+    assert!(restarted.load(Ordering::SeqCst));
+    assert!(record.failures.is_empty(), "failed pods: {:#?}", record.failures);
+    assert_eq!(record.ips.len() + 0, record.ips.len());
+
+    // Whatever the restart left (a sandbox whose RunPodSandbox was cut
+    // short), removed as kubelet's garbage collection would.
+    let mut client = node.client();
+    let leftover = client
+        .list_pod_sandboxes(HashMap::new())
+        .expect("ListPodSandbox");
+    let mut ids = record.ids.clone();
+    for sandbox in &leftover {
+        ids.insert(sandbox.id.clone());
+        client.stop_pod_sandbox(&sandbox.id).expect("StopPodSandbox of a leftover");
+        client.remove_pod_sandbox(&sandbox.id).expect("RemovePodSandbox of a leftover");
+    }
+    eprintln!("sandboxes left after the churn and removed: {}", leftover.len());
+    // Every sandbox ID containerd ever gave our plugins.
+    for call in node.calls() {
+        if call.command == "ADD" {
+            ids.insert(call.container_id);
+        }
+    }
+    node.assert_nothing_left(&ids, &record.ips);
+    let _ = &mut node;
+    let _ = gateway;
+    eprintln!("churn test: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+struct PodLife {
+    ids: Vec<String>,
+    ip: String,
+    retried: usize,
+}
+
+/// Run, check, stop and remove pod `n`, riding out a containerd restart:
+/// a call that finds containerd down waits for it, and a RunPodSandbox cut
+/// short is cleaned up (by the pod's label) and tried again with the next
+/// attempt number, as kubelet does.
+fn pod_life(
+    client: &mut CriClient,
+    socket: &Path,
+    netns_name: &str,
+    n: usize,
+) -> Result<PodLife, String> {
+    let name = format!("churn-{n}");
+    let host_port = 31000 + n as u16;
+    let mut life = PodLife {
+        ids: Vec::new(),
+        ip: String::new(),
+        retried: 0,
+    };
+    let mut attempt = 0;
+    let id = loop {
+        match client.run_pod_sandbox(&pod(&name, host_port, attempt)) {
+            Ok(id) => break id,
+            Err(e) if e.is_unavailable() => {
+                life.retried += 1;
+                *client = reconnect(socket);
+                let labels = HashMap::from([("cnitest.pod".to_string(), name.clone())]);
+                let stale = client
+                    .list_pod_sandboxes(labels)
+                    .map_err(|e| format!("ListPodSandbox after a restart: {e}"))?;
+                for sandbox in stale {
+                    life.ids.push(sandbox.id.clone());
+                    retry(client, socket, &mut life.retried, |c| c.stop_pod_sandbox(&sandbox.id))?;
+                    retry(client, socket, &mut life.retried, |c| c.remove_pod_sandbox(&sandbox.id))?;
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(format!("RunPodSandbox: {e}")),
+        }
+    };
+    life.ids.push(id.clone());
+    let status = retry(client, socket, &mut life.retried, |c| c.pod_sandbox_status(&id))?;
+    if status.state != cri::PodSandboxState::SandboxReady || status.ip.is_empty() {
+        return Err(format!("sandbox {id} not ready or without an IP: {status:?}"));
+    }
+    life.ip = status.ip.clone();
+    let ping = Command::new("ip")
+        .args(["netns", "exec", netns_name, "ping", "-c", "1", "-W", "2", &status.ip])
+        .output()
+        .map_err(|e| format!("ping: {e}"))?;
+    if !ping.status.success() {
+        return Err(format!("pod {} does not answer ping", status.ip));
+    }
+    retry(client, socket, &mut life.retried, |c| c.stop_pod_sandbox(&id))?;
+    retry(client, socket, &mut life.retried, |c| c.remove_pod_sandbox(&id))?;
+    Ok(life)
+}
+
+/// A call retried across a containerd restart (Stop, Remove and Status
+/// are idempotent).
+fn retry<T>(
+    client: &mut CriClient,
+    socket: &Path,
+    retried: &mut usize,
+    mut call: impl FnMut(&mut CriClient) -> Result<T, cri_client::Error>,
+) -> Result<T, String> {
+    loop {
+        match call(client) {
+            Ok(value) => return Ok(value),
+            Err(e) if e.is_unavailable() => {
+                *retried += 1;
+                *client = reconnect(socket);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// A client once containerd answers again.
+fn reconnect(socket: &Path) -> CriClient {
+    let deadline = Instant::now() + RECONNECT_TIMEOUT;
+    loop {
+        if let Ok(mut client) = CriClient::connect(socket) {
+            if client.version().is_ok() {
+                return client;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not come back on {} within {} s",
+            socket.display(),
+            RECONNECT_TIMEOUT.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
