@@ -123,9 +123,10 @@ fn change(
     interface: Option<&mut Interface>,
     undo: &mut Vec<Undo>,
 ) -> Result<(), TuningError> {
+    let mut changed = Vec::new();
     for (setting, old) in conf.sysctls.iter().zip(old_values) {
         if sysctl::set(&setting.path, &setting.value)? {
-            log::debug!("set sysctl {} to {:?}", setting.path, setting.value);
+            changed.push(format!("{} {} (was {old})", setting.path, setting.value));
             undo.push(Undo::Sysctl {
                 path: setting.path.clone(),
                 value: old.clone(),
@@ -133,6 +134,7 @@ fn change(
         }
     }
     let Some(interface) = interface else {
+        log_changes(&changed);
         return Ok(());
     };
 
@@ -155,11 +157,22 @@ fn change(
 
     let index = interface.attrs.index;
     for setting in &interface.requested {
-        undo.push(Undo::Link(setting.current(&interface.attrs)));
+        let current = setting.current(&interface.attrs);
+        undo.push(Undo::Link(current.clone()));
         setting.apply(&mut interface.socket, index)?;
-        log::debug!("set {setting:?} on {}", args.ifname);
+        changed.push(format!("{} {setting} (was {current})", args.ifname));
     }
+    log_changes(&changed);
     Ok(())
+}
+
+/// One line for everything ADD changed.
+fn log_changes(changed: &[String]) {
+    if changed.is_empty() {
+        log::info!("nothing to change");
+    } else {
+        log::info!("changed {}", changed.join(", "));
+    }
 }
 
 /// Undoes the steps last first, going on after failures, which are logged:

@@ -71,12 +71,12 @@ fn restore(ifname: &str, saved: &SavedLink) -> Result<(), TuningError> {
     };
     let (settings, bad_mac) = link::restores(saved);
     if let Some(mac) = bad_mac {
-        log::warn!("saved MAC {mac:?} of {ifname} is not a MAC address; not restored");
+        log::warn!("saved MAC {mac} of {ifname} is not a MAC address; not restored");
     }
     let mut errors = Vec::new();
     for setting in settings {
         match setting.apply(&mut socket, attrs.index) {
-            Ok(()) => log::debug!("restored {setting:?} on {ifname}"),
+            Ok(()) => log::info!("restored {setting} on {ifname}"),
             // The interface went away meanwhile.
             Err(e) if e.errno() == Some(Errno::ENODEV) => return Ok(()),
             Err(e) => errors.push(TuningError::from(e)),

@@ -16,6 +16,20 @@ pub enum LinkSetting {
     TxQueueLen(u32),
 }
 
+/// `mtu 9000`, `mac 02:00:00:00:00:01`, `promisc on`: for log lines.
+impl std::fmt::Display for LinkSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        match self {
+            LinkSetting::Mac(mac) => write!(f, "mac {}", format_mac(mac)),
+            LinkSetting::Promisc(on) => write!(f, "promisc {}", on_off(*on)),
+            LinkSetting::Mtu(mtu) => write!(f, "mtu {mtu}"),
+            LinkSetting::Allmulti(on) => write!(f, "allmulti {}", on_off(*on)),
+            LinkSetting::TxQueueLen(len) => write!(f, "txqueuelen {len}"),
+        }
+    }
+}
+
 impl LinkSetting {
     pub fn apply(&self, socket: &mut RouteSocket, index: u32) -> Result<(), NetlinkError> {
         match self {
