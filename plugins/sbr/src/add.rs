@@ -82,8 +82,8 @@ fn add_rules_to_table(
 ) -> Result<(), SbrError> {
     for ip in ips {
         let spec = RuleSpec::from_source(host_network(ip.address.ip()), table);
-        log::debug!("adding rule from {} lookup {table}", ip.address.ip());
         let added = socket.add_rule(&spec).map_err(SbrError::AddRuleToTable)?;
+        log::info!("rule: from {} lookup table {table}", ip.address.ip());
         rollback.push(added.map_or(Undo::DeleteRuleMatching(spec), Undo::DeleteRule));
     }
     Ok(())
@@ -112,6 +112,14 @@ fn route_per_address(
             gateway: gateways.for_ip(ip),
         };
         route_through_table(socket, link.index, &route, table, &link_routes, rollback)?;
+        log::info!(
+            "traffic from {} goes through table {table}{}",
+            ip.address,
+            route
+                .gateway
+                .map(|gw| format!(" (default via {gw})"))
+                .unwrap_or_default()
+        );
         table = first_free_table(table.saturating_add(1), &rules, &routes)?;
     }
 
@@ -122,7 +130,7 @@ fn route_per_address(
     // Deleted only now: with several addresses of one subnet, each copy
     // above still needed the routes (a gateway route needs its subnet).
     for route in link_routes {
-        log::debug!("deleting route {} from the main table", route.describe());
+        log::info!("deleting route {} from the main table", route.describe());
         match socket.delete_route_entry(route) {
             Ok(()) => rollback.push(Undo::RestoreRoute(route.clone())),
             // Gone meanwhile, which is what this step wants.
