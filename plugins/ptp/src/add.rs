@@ -108,6 +108,12 @@ impl<E: Exec> Attach<'_, E> {
         }
         let veth = self.create_veth()?;
         self.start_host_end(&veth)?;
+        log::info!(
+            "veth {} in the host, peer {} (MAC {}) in the container",
+            veth.host.name,
+            self.args.ifname,
+            format_mac(&veth.container.mac)
+        );
 
         for ip in &mut result.ips {
             ip.interface = Some(CONTAINER_INTERFACE);
@@ -127,6 +133,11 @@ impl<E: Exec> Attach<'_, E> {
         ];
 
         routing::set_up_host_end(&mut self.host, &veth.host, &result.ips)?;
+        log::info!(
+            "host routes to {} through {}",
+            libcni::logging::joined(result.ips.iter().map(|ip| ip.address.ip())),
+            veth.host.name
+        );
         let link = iface::configure_iface(
             self.netns,
             &mut self.container,

@@ -67,7 +67,7 @@ fn delete_container_interface(path: &str, ifname: &str) -> Result<Vec<IpNetwork>
     let netns = match NetNs::open(path) {
         Ok(netns) => netns,
         Err(source) if source.is_not_exist() => {
-            log::debug!("netns {path:?} is gone; nothing to delete in it");
+            log::debug!("netns {path} is gone; nothing to delete in it");
             return Ok(Vec::new());
         }
         Err(source) => {
@@ -83,7 +83,7 @@ fn delete_container_interface(path: &str, ifname: &str) -> Result<Vec<IpNetwork>
     };
     let mut socket = RouteSocket::open_in(&netns).map_err(failed)?;
     let Some(link) = socket.link_by_name(ifname).map_err(failed)? else {
-        log::debug!("{ifname:?} was already gone");
+        log::debug!("{ifname} was already gone");
         return Ok(Vec::new());
     };
     let addresses = socket
@@ -96,6 +96,7 @@ fn delete_container_interface(path: &str, ifname: &str) -> Result<Vec<IpNetwork>
     // Deleted detached: the kernel's unregistration of the pair was most
     // of a DEL's time (see `retire`).
     retire::retire(&netns, socket, link.index).map_err(failed)?;
+    log::info!("deleted {ifname} and its veth peer in the host");
     Ok(addresses)
 }
 
