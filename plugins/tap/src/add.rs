@@ -138,6 +138,22 @@ impl<E: Exec> Attach<'_, E> {
             .container
             .link_by_index(index)?
             .ok_or_else(|| TapError::Vanished(ifname.clone()))?;
+        let id_text = |id: Option<u32>| id.map_or_else(|| "any".to_string(), |id| id.to_string());
+        log::info!(
+            "created tap {ifname} (MAC {}, {}, owner {}, group {}){}",
+            link.mac_string(),
+            if self.conf.multi_queue {
+                "multi-queue"
+            } else {
+                "single queue"
+            },
+            id_text(self.conf.owner),
+            id_text(self.conf.group),
+            self.bridge
+                .as_ref()
+                .map(|b| format!(" on bridge {}", b.name))
+                .unwrap_or_default()
+        );
 
         let mut result = v100::Result::new();
         result.interfaces = vec![v100::Interface {
@@ -199,7 +215,7 @@ impl<E: Exec> Attach<'_, E> {
         }
         if let (true, Some(plugin)) = (self.lease_taken, &self.conf.ipam_type) {
             if let Err(e) = self.ipam.del(plugin, self.args.conf.bytes()) {
-                log::warn!("rollback: IPAM DEL with {plugin:?}: {e}");
+                log::warn!("rollback: IPAM DEL with {plugin}: {e}");
             }
         }
     }
