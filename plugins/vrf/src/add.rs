@@ -160,7 +160,7 @@ pub fn lowest_free_table(used: impl Iterator<Item = u32>) -> u32 {
 fn delete_vrf_quietly(socket: &mut RouteSocket, vrf: &VrfLink) {
     if let Err(e) = socket.delete_link(vrf.link.index) {
         if !e.is_not_found() {
-            log::warn!("rollback: delete VRF {:?}: {e}", vrf.link.name);
+            log::warn!("rollback: delete VRF {}: {e}", vrf.link.name);
         }
     }
 }
@@ -237,6 +237,13 @@ impl Enslavement {
                     source,
                 })?;
         }
+        log::info!(
+            "{ifname} joined VRF {} (table {}{}); routes moved to its table: {}",
+            self.vrf.link.name,
+            self.vrf.table,
+            if self.created { ", VRF created" } else { "" },
+            libcni::logging::joined(self.saved_routes.iter().map(|r| r.describe()))
+        );
         Ok(())
     }
 
@@ -273,7 +280,7 @@ impl Enslavement {
         let index = self.iface.index;
         if self.enslaved {
             if let Err(e) = self.socket.set_master(index, None) {
-                log::warn!("rollback: take {:?} out of the VRF: {e}", self.iface.name);
+                log::warn!("rollback: take {} out of the VRF: {e}", self.iface.name);
             }
             for address in &self.saved_v6 {
                 if let Err(e) = self.socket.add_address(index, *address) {

@@ -53,7 +53,7 @@ pub fn del(args: &CmdArgs) -> Result<(), VrfError> {
     if let Some(iface) = socket.link_by_name(&args.ifname)? {
         if iface.master == Some(vrf.link.index) {
             match socket.set_master(iface.index, None) {
-                Ok(()) => {}
+                Ok(()) => log::info!("{} left VRF {}", args.ifname, vrf.link.name),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
@@ -65,7 +65,7 @@ pub fn del(args: &CmdArgs) -> Result<(), VrfError> {
         .any(|link| link.master == Some(vrf.link.index));
     if !has_members {
         match socket.delete_link(vrf.link.index) {
-            Ok(()) => {}
+            Ok(()) => log::info!("deleted VRF {}, which has no member left", vrf.link.name),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
