@@ -57,6 +57,27 @@ pub fn add(args: &CmdArgs) -> Result<AnyResult, BandwidthError> {
     let shaped = shape(&mut socket, args, &bandwidth, &host_veth, clock, &mut made);
     match shaped {
         Ok(ifb) => {
+            let limit_text = |limit: Option<config::Limit>| {
+                limit.map_or_else(
+                    || "unlimited".to_string(),
+                    |l| format!("{} bit/s, burst {} bit", l.rate, l.burst),
+                )
+            };
+            log::info!(
+                "shaping on {}: to the container {}; from it {}{}; traffic shaped: {}",
+                host_veth.name,
+                limit_text(bandwidth.ingress),
+                limit_text(bandwidth.egress),
+                ifb.as_ref()
+                    .map(|i| format!(" (through ifb {})", i.name))
+                    .unwrap_or_default(),
+                match &bandwidth.traffic {
+                    ShapedTraffic::All => "all".to_string(),
+                    ShapedTraffic::AllBut(nets) =>
+                        format!("all but {}", libcni::logging::joined(nets)),
+                    ShapedTraffic::Only(nets) => format!("only {}", libcni::logging::joined(nets)),
+                }
+            );
             result.interfaces.extend(ifb);
             Ok(AnyResult::V1(result))
         }

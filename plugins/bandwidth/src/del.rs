@@ -19,7 +19,10 @@ pub fn del(args: &CmdArgs) -> Result<(), BandwidthError> {
     match socket.link_by_name(&name)? {
         Some(link) if link.kind.as_deref() == Some("ifb") => match socket.delete_link(link.index) {
             Err(e) if !e.is_not_found() => Err(e.into()),
-            _ => Ok(()),
+            _ => {
+                log::info!("deleted ifb {name} (the container's egress shaping)");
+                Ok(())
+            }
         },
         Some(link) => {
             log::warn!(
