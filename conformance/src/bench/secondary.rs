@@ -30,8 +30,15 @@ pub const PLUGINS: [&str; 5] = ["macvlan", "host-device", "static", "tuning", "s
 /// because this kernel has neither link type.
 pub const REST: [&str; 3] = ["ptp", "bandwidth", "firewall"];
 
-/// The host end of a chained plugin's pod veth.
-const POD_HOST_VETH: &str = "bench-pv0";
+/// The host end of a chained plugin's pod veth: a new name each round,
+/// since the kernel removes the previous round's with its pod netns only
+/// after the netns is gone, asynchronously.
+fn pod_host_veth(pod: &TestNetns) -> String {
+    let hash = pod.name().bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("bench-pv{:07x}", hash & 0x0fff_ffff)
+}
 
 const MASTER: &str = "bench-m0";
 const DEVICE: &str = "bench-hd0";
@@ -101,11 +108,12 @@ impl Side {
         let pod = TestNetns::new("bench-sec");
         if matches!(plugin, "bandwidth" | "firewall") {
             // The pod's eth0 with its peer in the fake host, as bridge or
-            // ptp leaves it (the previous round's peer went with its pod).
+            // ptp leaves it.
+            let host_veth = pod_host_veth(&pod);
             self.host.ip(&[
                 "link",
                 "add",
-                POD_HOST_VETH,
+                &host_veth,
                 "type",
                 "veth",
                 "peer",
@@ -114,7 +122,7 @@ impl Side {
                 "netns",
                 &pod.path().display().to_string(),
             ]);
-            self.host.ip(&["link", "set", POD_HOST_VETH, "up"]);
+            self.host.ip(&["link", "set", &host_veth, "up"]);
             pod.ip(&["address", "add", POD_ADDRESS, "dev", "eth0"]);
             pod.ip(&["link", "set", "eth0", "up"]);
         }
@@ -142,7 +150,7 @@ impl Side {
         let chained_prev = json!({
             "cniVersion": "1.0.0",
             "interfaces": [
-                {"name": POD_HOST_VETH},
+                {"name": pod_host_veth(pod)},
                 {"name": "eth0", "sandbox": pod.path()},
             ],
             "ips": [{"address": POD_ADDRESS, "gateway": GATEWAY, "interface": 1}],
