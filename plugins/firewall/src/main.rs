@@ -179,7 +179,24 @@ impl Plugin for FirewallPlugin {
                 let failures = undo.run();
                 return Err(FirewallError::undo_failed(e, failures));
             }
+            log::info!(
+                "ingress policy {} on bridge {bridge}",
+                match conf.ingress_policy {
+                    IngressPolicy::Open => "open",
+                    IngressPolicy::SameBridge => "same-bridge",
+                    IngressPolicy::Isolated => "isolated",
+                }
+            );
         }
+        let place = match &backend {
+            Backend::Firewalld(_) => format!("zone {}", conf.zone),
+            Backend::Iptables | Backend::Nftables => format!("chain {}", conf.admin_chain),
+        };
+        log::info!(
+            "traffic to and from {} accepted ({} backend, {place})",
+            libcni::logging::joined(&ips),
+            backend.name()
+        );
         Ok(original)
     }
 
@@ -190,14 +207,22 @@ impl Plugin for FirewallPlugin {
             .unwrap_or_default();
         let tag = attachment_tag(&args.conf.name, &args.container_id, &args.ifname);
         let _lock = lock()?;
-        match backend::choose(conf.backend)? {
+        let backend = backend::choose(conf.backend)?;
+        let removed = match &backend {
             Backend::Iptables => iptables::del(&ips, &tag),
             Backend::Nftables => nftables::del(&tag),
             Backend::Firewalld(firewalld) => {
                 firewalld.del(&conf.zone, &ips);
                 Ok(())
             }
+        };
+        if removed.is_ok() {
+            log::info!(
+                "removed this container's rules ({} backend)",
+                backend.name()
+            );
         }
+        removed
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), FirewallError> {
