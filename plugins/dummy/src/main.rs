@@ -118,6 +118,7 @@ impl<E: Exec> Plugin for Dummy<E> {
             mtu: None,
             mac: None,
         })?;
+        log::info!("created dummy {} in the container", args.ifname);
         let mut attach = Attach {
             args,
             plugin,
@@ -245,12 +246,12 @@ impl<E: Exec> Attach<'_, E> {
     fn undo(&mut self) {
         if let Err(e) = self.container.delete_link(self.args.ifname.as_str()) {
             if !e.is_not_found() {
-                log::warn!("rollback: delete {:?}: {e}", self.args.ifname);
+                log::warn!("rollback: delete {}: {e}", self.args.ifname);
             }
         }
         if self.lease_taken {
             if let Err(e) = self.ipam.del(self.plugin, self.args.conf.bytes()) {
-                log::warn!("rollback: IPAM DEL with {:?}: {e}", self.plugin);
+                log::warn!("rollback: IPAM DEL with {}: {e}", self.plugin);
             }
         }
     }
