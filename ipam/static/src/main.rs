@@ -69,12 +69,10 @@ impl Plugin for Static {
 
     fn add(&self, args: &CmdArgs) -> Result<AnyResult, StaticError> {
         let config = StaticConfig::load(args.conf.raw(), &args.args)?;
-        log::debug!(
-            "{}: {} for {}/{}",
-            args.conf.name,
+        log::info!(
+            "addresses {} in network {}",
             list(config.addresses.iter().map(|a| a.address)),
-            args.container_id,
-            args.ifname
+            args.conf.name
         );
         Ok(AnyResult::V1(result(&config)))
     }
