@@ -114,12 +114,21 @@ impl Plugin for Dhcp {
     fn add(&self, args: &CmdArgs) -> Result<AnyResult, DhcpError> {
         let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
         let reply = call(&config, rpc::METHOD_ALLOCATE, args)?;
-        Ok(AnyResult::V1(result_of(rpc::METHOD_ALLOCATE, &reply)?))
+        let leased = result_of(rpc::METHOD_ALLOCATE, &reply)?;
+        log::info!(
+            "DHCP lease of {}; routes: {} (from the daemon at {})",
+            libcni::logging::joined(leased.ips.iter().map(|ip| ip.address)),
+            libcni::logging::joined(leased.routes.iter().map(libcni::logging::RouteText)),
+            config.socket_path
+        );
+        Ok(AnyResult::V1(leased))
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), DhcpError> {
         let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        call(&config, rpc::METHOD_RELEASE, args).map(|_| ())
+        call(&config, rpc::METHOD_RELEASE, args)?;
+        log::info!("DHCP lease released (daemon at {})", config.socket_path);
+        Ok(())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), DhcpError> {
