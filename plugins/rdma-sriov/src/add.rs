@@ -140,7 +140,8 @@ pub(crate) fn add(plugin: &RdmaSriov, args: &CmdArgs) -> Result<v100::Result, Pl
         Ok(result) => return Ok(result),
         Err(error) => error,
     };
-    log::warn!("ADD failed, undoing: {error}");
+    // The error itself is logged once, by the skeleton, when returned.
+    log::info!("ADD failed; undoing what it did");
     let release = ipam_type(&args.conf).map(|ipam| IpamRelease {
         plugin: ipam,
         netconf: args.conf.bytes().to_vec(),
@@ -152,13 +153,13 @@ pub(crate) fn add(plugin: &RdmaSriov, args: &CmdArgs) -> Result<v100::Result, Pl
             .store
             .remove(&state.network, &state.container_id, &state.ifname)
         {
-            log::warn!("{e}");
+            log::warn!("cannot remove the state of the undone ADD: {e}");
         }
         Err(error)
     } else {
         // Kept for a later DEL to finish the job.
         if let Err(e) = ctx.store.save(&state) {
-            log::warn!("{e}");
+            log::warn!("cannot save the state left for DEL to finish: {e}");
         }
         Err(PluginError::RollbackFailed {
             error: Box::new(error),

@@ -188,7 +188,7 @@ pub fn restore_in_host(
         match host.set_name(index, &original.name) {
             Ok(()) => {}
             Err(e) if e.is_exists() => log::warn!(
-                "VF netdev stays {:?}: the host already has a link named {:?}",
+                "VF netdev stays {}: the host already has a link named {}",
                 link.name,
                 original.name
             ),
