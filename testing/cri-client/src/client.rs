@@ -74,10 +74,14 @@ impl CriClient {
         // unix socket whatever it says.
         let endpoint = Endpoint::from_static("http://cri.invalid").timeout(CALL_TIMEOUT);
         let channel = runtime
-            .block_on(endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            })))
+            .block_on(
+                endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                })),
+            )
             .map_err(|source| Error::Connect {
                 socket: socket.to_path_buf(),
                 source,

@@ -408,7 +408,9 @@ fn terminate(child: &mut Child) -> Result<ExitStatus, Error> {
         }
         if Instant::now() > deadline {
             signal(child, Signal::SIGKILL)?;
-            return child.wait().map_err(|e| Error::io("wait for containerd", e));
+            return child
+                .wait()
+                .map_err(|e| Error::io("wait for containerd", e));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -59,12 +59,14 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Connect { .. } => true,
-            Error::Rpc { status, .. } => matches!(
-                status.code(),
-                tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
-            ) && (status.code() != tonic::Code::Unknown
-                || status.message().contains("transport")
-                || status.message().contains("connection")),
+            Error::Rpc { status, .. } => {
+                matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+                ) && (status.code() != tonic::Code::Unknown
+                    || status.message().contains("transport")
+                    || status.message().contains("connection"))
+            }
             Error::Runtime(_)
             | Error::MissingField { .. }
             | Error::Io { .. }

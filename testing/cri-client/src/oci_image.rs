@@ -78,7 +78,13 @@ pub fn write_archive(image: &SandboxImage<'_>, archive: &Path) -> Result<(), Err
         .map_err(|e| Error::io(format!("create {}", archive.display()), e))?;
     let mut tar = tar::Builder::new(file);
     let io = |e| Error::io(format!("write {}", archive.display()), e);
-    append_file(&mut tar, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644).map_err(io)?;
+    append_file(
+        &mut tar,
+        "oci-layout",
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+        0o644,
+    )
+    .map_err(io)?;
     append_file(&mut tar, "index.json", &index, 0o644).map_err(io)?;
     for (digest, blob) in [
         (&layer_digest, &layer),
@@ -88,9 +94,7 @@ pub fn write_archive(image: &SandboxImage<'_>, archive: &Path) -> Result<(), Err
         let name = format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
         append_file(&mut tar, &name, blob, 0o644).map_err(io)?;
     }
-    tar.into_inner()
-        .and_then(|mut f| f.flush())
-        .map_err(io)?;
+    tar.into_inner().and_then(|mut f| f.flush()).map_err(io)?;
     Ok(())
 }
 

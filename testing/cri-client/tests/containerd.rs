@@ -30,6 +30,10 @@ const SANDBOX_IMAGE: &str = "cnitest.local/sandbox:httpd";
 const BUSYBOX: &str = "/bin/busybox";
 const POD_HTTP_PORT: u16 = 8080;
 const NETWORK_NAME: &str = "cnitest-cri";
+/// The node's veth to the outside namespace (not a pod's).
+const NODE_LAN_LINK: &str = "node0";
+/// The node's address on its link to the outside namespace (TEST-NET-2).
+const NODE_LAN_ADDR: &str = "198.51.100.1";
 /// The plugins containerd execs for the conflist below, plus its own
 /// loopback network.
 const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
@@ -78,6 +82,10 @@ struct CriNode {
     // left and stops by PID), then the namespace, then the folder.
     containerd: Containerd,
     netns: TestNetns,
+    /// A machine on the node's network: a namespace joined to the node by
+    /// a veth, whose traffic to a host port goes through PREROUTING (the
+    /// node's own through OUTPUT).
+    outside: TestNetns,
     /// host-local's lease folder for the network.
     lease_dir: PathBuf,
     /// One line per plugin exec: `COMMAND plugin ifname containerID netns`.
@@ -100,6 +108,29 @@ impl CriNode {
             .tempdir()
             .expect("temp dir");
         let netns = TestNetns::new(tag);
+        let outside = TestNetns::new(&format!("{tag}out"));
+        netns.ip(&[
+            "link",
+            "add",
+            NODE_LAN_LINK,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "lan0",
+            "netns",
+            outside.name(),
+        ]);
+        netns.ip(&[
+            "addr",
+            "add",
+            &format!("{NODE_LAN_ADDR}/24"),
+            "dev",
+            NODE_LAN_LINK,
+        ]);
+        netns.ip(&["link", "set", NODE_LAN_LINK, "up"]);
+        outside.ip(&["addr", "add", "198.51.100.2/24", "dev", "lan0"]);
+        outside.ip(&["link", "set", "lan0", "up"]);
         let plugin_dir = work.path().join("bin");
         let call_log = work.path().join("plugin-calls.log");
         logging_plugin_dir(&plugin_dir, &call_log);
@@ -161,6 +192,7 @@ impl CriNode {
         CriNode {
             containerd,
             netns,
+            outside,
             lease_dir: ipam_dir.join(NETWORK_NAME),
             call_log,
             plugin_dir,
@@ -188,20 +220,28 @@ impl CriNode {
     /// `curl` from the fake host namespace; the body on success. (Not
     /// busybox's wget: Debian's static busybox 1.35 segfaults in it here.)
     fn http_get(&self, addr: &str, port: u16) -> Result<String, String> {
-        let url = format!("http://{addr}:{port}/index.html");
-        let out = self
-            .netns
-            .exec("curl", &["--silent", "--show-error", "--max-time", "5", &url]);
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "curl {url}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        http_get(&self.netns, addr, port)
     }
+}
 
+/// `curl` from a namespace; the body on success.
+fn http_get(from: &TestNetns, addr: &str, port: u16) -> Result<String, String> {
+    let url = format!("http://{addr}:{port}/index.html");
+    let out = from.exec(
+        "curl",
+        &["--silent", "--show-error", "--max-time", "5", &url],
+    );
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "curl {url}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl CriNode {
     /// Lease files host-local still holds: those named by an IP address
     /// (its bookkeeping files, such as the last reserved IP, aside).
     fn leases(&self) -> Vec<String> {
@@ -214,6 +254,7 @@ impl CriNode {
             .collect()
     }
 
+    /// The pods' host-side veths.
     fn veths(&self) -> Vec<String> {
         self.netns
             .ip_json(&["link", "show", "type", "veth"])
@@ -222,6 +263,7 @@ impl CriNode {
                 links
                     .iter()
                     .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+                    .filter(|name| name != NODE_LAN_LINK)
                     .collect()
             })
             .unwrap_or_default()
@@ -247,15 +289,26 @@ impl CriNode {
     /// no firewall rule naming their sandbox ID or IP, no policy rule
     /// beyond the kernel's three defaults, no sandbox in containerd.
     fn assert_nothing_left(&self, ids: &BTreeSet<String>, ips: &BTreeSet<String>) {
-        assert_eq!(self.leases(), Vec::<String>::new(), "host-local leases left");
-        assert_eq!(self.veths(), Vec::<String>::new(), "veths left on the host side");
+        assert_eq!(
+            self.leases(),
+            Vec::<String>::new(),
+            "host-local leases left"
+        );
+        assert_eq!(
+            self.veths(),
+            Vec::<String>::new(),
+            "veths left on the host side"
+        );
         let rules = self.firewall_rules();
         for needle in ids.iter().chain(ips.iter()) {
             let hits: Vec<&str> = rules
                 .lines()
                 .filter(|line| line_names(line, needle))
                 .collect();
-            assert!(hits.is_empty(), "firewall rules left for {needle}: {hits:#?}");
+            assert!(
+                hits.is_empty(),
+                "firewall rules left for {needle}: {hits:#?}"
+            );
         }
         let policy_rules = self.netns.ip_json(&["rule", "show"]);
         assert_eq!(
@@ -294,7 +347,11 @@ fn logging_plugin_dir(dir: &Path, log: &Path) {
         let real = match &installed {
             Some(folder) => {
                 let path = folder.join(name);
-                assert!(path.is_file(), "CNI_CRI_PLUGIN_DIR has no {name}: {}", path.display());
+                assert!(
+                    path.is_file(),
+                    "CNI_CRI_PLUGIN_DIR has no {name}: {}",
+                    path.display()
+                );
                 path
             }
             None => workspace_plugin(name),
@@ -369,7 +426,12 @@ fn containerd_runs_a_pod_on_our_plugins() {
     let host_port = 30080;
     let id = client
         .run_pod_sandbox(&pod("web", host_port, 0))
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\ncontainerd log:\n{}", node.containerd.log()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "RunPodSandbox: {e}\ncontainerd log:\n{}",
+                node.containerd.log()
+            )
+        });
     let status = client.pod_sandbox_status(&id).expect("PodSandboxStatus");
     assert_eq!(status.state, cri::PodSandboxState::SandboxReady);
     assert_eq!(status.metadata.name, "web");
@@ -419,7 +481,9 @@ fn containerd_runs_a_pod_on_our_plugins() {
         .expect("nsenter ip addr show lo");
     let lo: serde_json::Value = serde_json::from_slice(&lo.stdout).expect("ip -j output");
     assert!(
-        lo[0]["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "UP")),
+        lo[0]["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "UP")),
         "pod lo not up: {lo}"
     );
     assert!(
@@ -438,20 +502,40 @@ fn containerd_runs_a_pod_on_our_plugins() {
 
     // Reachable on its IP, and on its host port through portmap's DNAT.
     assert!(node.netns.ping(&ip), "ping {ip} from the host namespace");
-    assert_eq!(node.http_get(&ip, POD_HTTP_PORT).as_deref(), Ok("cnitest pod\n"));
+    assert_eq!(
+        node.http_get(&ip, POD_HTTP_PORT).as_deref(),
+        Ok("cnitest pod\n")
+    );
     assert_eq!(
         node.http_get(&node.gateway, host_port).as_deref(),
         Ok("cnitest pod\n"),
-        "the pod through its hostPort on the host's address"
+        "the pod through its hostPort, from the node itself"
+    );
+    assert_eq!(
+        http_get(&node.outside, NODE_LAN_ADDR, host_port).as_deref(),
+        Ok("cnitest pod\n"),
+        "the pod through its hostPort, from another machine on the node's network"
     );
 
     client.stop_pod_sandbox(&id).expect("StopPodSandbox");
     // Stopped: the network is gone already.
-    assert_eq!(node.leases(), Vec::<String>::new(), "lease after StopPodSandbox");
-    assert_eq!(node.veths(), Vec::<String>::new(), "veth after StopPodSandbox");
+    assert_eq!(
+        node.leases(),
+        Vec::<String>::new(),
+        "lease after StopPodSandbox"
+    );
+    assert_eq!(
+        node.veths(),
+        Vec::<String>::new(),
+        "veth after StopPodSandbox"
+    );
     assert!(
         node.http_get(&node.gateway, host_port).is_err(),
         "host port still answers after StopPodSandbox"
+    );
+    assert!(
+        http_get(&node.outside, NODE_LAN_ADDR, host_port).is_err(),
+        "host port still answers the outside after StopPodSandbox"
     );
     client.remove_pod_sandbox(&id).expect("RemovePodSandbox");
 
@@ -479,14 +563,25 @@ fn containerd_runs_a_pod_on_our_plugins() {
     let failed = client.run_pod_sandbox(&pod("no-loopback", host_port, 0));
     std::fs::rename(&parked, &loopback).expect("restore loopback");
     let err = failed.expect_err("RunPodSandbox without loopback in bin_dir");
-    assert!(err.to_string().contains("loopback"), "error should name loopback: {err}");
+    assert!(
+        err.to_string().contains("loopback"),
+        "error should name loopback: {err}"
+    );
     let kept = client
         .list_pod_sandboxes(HashMap::new())
         .expect("ListPodSandbox");
-    assert_eq!(kept.len(), 1, "the failed sandbox is kept for cleanup: {kept:#?}");
+    assert_eq!(
+        kept.len(),
+        1,
+        "the failed sandbox is kept for cleanup: {kept:#?}"
+    );
     assert_ne!(kept[0].state, cri::PodSandboxState::SandboxReady as i32);
-    client.stop_pod_sandbox(&kept[0].id).expect("StopPodSandbox of the failed sandbox");
-    client.remove_pod_sandbox(&kept[0].id).expect("RemovePodSandbox of the failed sandbox");
+    client
+        .stop_pod_sandbox(&kept[0].id)
+        .expect("StopPodSandbox of the failed sandbox");
+    client
+        .remove_pod_sandbox(&kept[0].id)
+        .expect("RemovePodSandbox of the failed sandbox");
     let ids: BTreeSet<String> = node
         .calls()
         .into_iter()
@@ -506,7 +601,10 @@ struct ChurnRecord {
     ips: BTreeSet<String>,
     failures: Vec<String>,
     /// Calls that met a containerd that was down and were retried.
-    retried: usize,
+    retried: Vec<&'static str>,
+    /// Sandboxes of an interrupted RunPodSandbox, found by label and
+    /// removed before the next attempt.
+    stale: usize,
 }
 
 /// 50 pods created and removed by 4 workers; containerd is SIGKILLed and
@@ -524,7 +622,6 @@ fn containerd_churn_survives_a_restart() {
     let started = Instant::now();
     let mut node = CriNode::start("cri2", "cnicri2", "10.244.72");
     let socket = node.containerd.socket();
-    let gateway = node.gateway.clone();
     let netns_name = node.netns.name().to_string();
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -548,7 +645,8 @@ fn containerd_churn_survives_a_restart() {
                         Ok(life) => {
                             r.ids.extend(life.ids);
                             r.ips.insert(life.ip);
-                            r.retried += life.retried;
+                            r.retried.extend(life.retried);
+                            r.stale += life.stale;
                         }
                         Err(e) => r.failures.push(format!("pod {n}: {e}")),
                     }
@@ -565,7 +663,9 @@ fn containerd_churn_survives_a_restart() {
     let killed_at = done.load(Ordering::SeqCst);
     node.containerd.kill().expect("SIGKILL containerd");
     std::thread::sleep(Duration::from_millis(500));
-    node.containerd.restart().unwrap_or_else(|e| panic!("restart containerd: {e}"));
+    node.containerd
+        .restart()
+        .unwrap_or_else(|e| panic!("restart containerd: {e}"));
     restarted.store(true, Ordering::SeqCst);
 
     for worker in workers {
@@ -573,8 +673,9 @@ fn containerd_churn_survives_a_restart() {
     }
     let record = std::mem::take(&mut *record.lock().unwrap_or_else(|p| p.into_inner()));
     eprintln!(
-        "churn: {PODS} pods by {WORKERS} workers, containerd killed after {killed_at} done; {} calls retried across the restart; {:.1} s",
+        "churn: {PODS} pods by {WORKERS} workers, containerd killed after {killed_at} done; calls retried across the restart: {:?}; stale sandboxes of interrupted runs: {}; {:.1} s",
         record.retried,
+        record.stale,
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -582,8 +683,11 @@ fn containerd_churn_survives_a_restart() {
         "containerd was killed only after the churn ended"
     );
     assert!(restarted.load(Ordering::SeqCst));
-    assert!(record.failures.is_empty(), "failed pods: {:#?}", record.failures);
-    assert_eq!(record.ips.len() + 0, record.ips.len());
+    assert!(
+        record.failures.is_empty(),
+        "failed pods: {:#?}",
+        record.failures
+    );
 
     // Whatever the restart left (a sandbox whose RunPodSandbox was cut
     // short), removed as kubelet's garbage collection would.
@@ -594,10 +698,17 @@ fn containerd_churn_survives_a_restart() {
     let mut ids = record.ids.clone();
     for sandbox in &leftover {
         ids.insert(sandbox.id.clone());
-        client.stop_pod_sandbox(&sandbox.id).expect("StopPodSandbox of a leftover");
-        client.remove_pod_sandbox(&sandbox.id).expect("RemovePodSandbox of a leftover");
+        client
+            .stop_pod_sandbox(&sandbox.id)
+            .expect("StopPodSandbox of a leftover");
+        client
+            .remove_pod_sandbox(&sandbox.id)
+            .expect("RemovePodSandbox of a leftover");
     }
-    eprintln!("sandboxes left after the churn and removed: {}", leftover.len());
+    eprintln!(
+        "sandboxes left after the churn and removed: {}",
+        leftover.len()
+    );
     // Every sandbox ID containerd ever gave our plugins.
     for call in node.calls() {
         if call.command == "ADD" {
@@ -605,15 +716,14 @@ fn containerd_churn_survives_a_restart() {
         }
     }
     node.assert_nothing_left(&ids, &record.ips);
-    let _ = &mut node;
-    let _ = gateway;
     eprintln!("churn test: {:.1} s", started.elapsed().as_secs_f64());
 }
 
 struct PodLife {
     ids: Vec<String>,
     ip: String,
-    retried: usize,
+    retried: Vec<&'static str>,
+    stale: usize,
 }
 
 /// Run, check, stop and remove pod `n`, riding out a containerd restart:
@@ -631,23 +741,29 @@ fn pod_life(
     let mut life = PodLife {
         ids: Vec::new(),
         ip: String::new(),
-        retried: 0,
+        retried: Vec::new(),
+        stale: 0,
     };
     let mut attempt = 0;
     let id = loop {
         match client.run_pod_sandbox(&pod(&name, host_port, attempt)) {
             Ok(id) => break id,
             Err(e) if e.is_unavailable() => {
-                life.retried += 1;
+                life.retried.push("RunPodSandbox");
                 *client = reconnect(socket);
                 let labels = HashMap::from([("cnitest.pod".to_string(), name.clone())]);
                 let stale = client
                     .list_pod_sandboxes(labels)
                     .map_err(|e| format!("ListPodSandbox after a restart: {e}"))?;
                 for sandbox in stale {
+                    life.stale += 1;
                     life.ids.push(sandbox.id.clone());
-                    retry(client, socket, &mut life.retried, |c| c.stop_pod_sandbox(&sandbox.id))?;
-                    retry(client, socket, &mut life.retried, |c| c.remove_pod_sandbox(&sandbox.id))?;
+                    retry(client, socket, &mut life.retried, "StopPodSandbox", |c| {
+                        c.stop_pod_sandbox(&sandbox.id)
+                    })?;
+                    retry(client, socket, &mut life.retried, "RemovePodSandbox", |c| {
+                        c.remove_pod_sandbox(&sandbox.id)
+                    })?;
                 }
                 attempt += 1;
             }
@@ -655,20 +771,30 @@ fn pod_life(
         }
     };
     life.ids.push(id.clone());
-    let status = retry(client, socket, &mut life.retried, |c| c.pod_sandbox_status(&id))?;
+    let status = retry(client, socket, &mut life.retried, "PodSandboxStatus", |c| {
+        c.pod_sandbox_status(&id)
+    })?;
     if status.state != cri::PodSandboxState::SandboxReady || status.ip.is_empty() {
-        return Err(format!("sandbox {id} not ready or without an IP: {status:?}"));
+        return Err(format!(
+            "sandbox {id} not ready or without an IP: {status:?}"
+        ));
     }
     life.ip = status.ip.clone();
     let ping = Command::new("ip")
-        .args(["netns", "exec", netns_name, "ping", "-c", "1", "-W", "2", &status.ip])
+        .args([
+            "netns", "exec", netns_name, "ping", "-c", "1", "-W", "2", &status.ip,
+        ])
         .output()
         .map_err(|e| format!("ping: {e}"))?;
     if !ping.status.success() {
         return Err(format!("pod {} does not answer ping", status.ip));
     }
-    retry(client, socket, &mut life.retried, |c| c.stop_pod_sandbox(&id))?;
-    retry(client, socket, &mut life.retried, |c| c.remove_pod_sandbox(&id))?;
+    retry(client, socket, &mut life.retried, "StopPodSandbox", |c| {
+        c.stop_pod_sandbox(&id)
+    })?;
+    retry(client, socket, &mut life.retried, "RemovePodSandbox", |c| {
+        c.remove_pod_sandbox(&id)
+    })?;
     Ok(life)
 }
 
@@ -677,14 +803,15 @@ fn pod_life(
 fn retry<T>(
     client: &mut CriClient,
     socket: &Path,
-    retried: &mut usize,
+    retried: &mut Vec<&'static str>,
+    what: &'static str,
     mut call: impl FnMut(&mut CriClient) -> Result<T, cri_client::Error>,
 ) -> Result<T, String> {
     loop {
         match call(client) {
             Ok(value) => return Ok(value),
             Err(e) if e.is_unavailable() => {
-                *retried += 1;
+                retried.push(what);
                 *client = reconnect(socket);
             }
             Err(e) => return Err(e.to_string()),
