@@ -166,8 +166,12 @@ impl Plugin for HostDevice {
                 state.ifname
             );
             if let Err(e) = del::release_attachment(self, &conf, &store, &state) {
-                log::warn!("GC of {}/{}: {e}", state.container_id, state.ifname);
-                first_error.get_or_insert(e);
+                // The first error is returned (and logged by the skeleton);
+                // later ones only here, so each appears once.
+                match first_error {
+                    Some(_) => log::warn!("GC of {}/{}: {e}", state.container_id, state.ifname),
+                    None => first_error = Some(e),
+                }
             }
         }
         first_error.map_or(Ok(()), Err)

@@ -239,8 +239,11 @@ pub fn restore_in_host(
     let mut first_error = None;
     let mut note = |result: Result<(), TransferError>| {
         if let Err(e) = result {
-            log::warn!("restoring {}: {e}", saved.name);
-            first_error.get_or_insert(e);
+            // The first error is returned; later ones are logged here.
+            match first_error {
+                Some(_) => log::warn!("restoring {}: {e}", saved.name),
+                None => first_error = Some(e),
+            }
         }
     };
     if link.name != saved.name {
