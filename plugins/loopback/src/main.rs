@@ -72,7 +72,7 @@ impl Plugin for Loopback {
             .link_by_name(LOOPBACK)?
             .ok_or_else(|| LoopbackError::NoLoopback(args.netns.clone()))?;
         socket.set_link_up(lo.index)?;
-        log::debug!("set {LOOPBACK} up in {}", args.netns);
+        log::info!("set {LOOPBACK} up in {}", args.netns);
         // The kernel assigns 127.0.0.1/8 and ::1/128 when `lo` comes up.
         let addresses = socket.list_addresses(Some(lo.index))?;
         let ipv4 = first_loopback_address(&addresses, true)?;
@@ -120,7 +120,7 @@ impl Plugin for Loopback {
         };
         match socket.set_link_down(lo.index) {
             Ok(()) => {
-                log::debug!("set {LOOPBACK} down in {}", args.netns);
+                log::info!("set {LOOPBACK} down in {}", args.netns);
                 Ok(())
             }
             Err(e) if e.is_not_found() => Ok(()),
