@@ -159,6 +159,51 @@ impl LogSettings {
     }
 }
 
+/// One line of a plugin log read back (by tests and tools): the parts of
+/// [`LogContext::write_prefix`]'s format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// `2024-05-01T12:00:00.123Z`.
+    pub time: String,
+    /// `INFO`, `WARN`, ...
+    pub level: String,
+    pub plugin: String,
+    pub pid: u32,
+    pub delegated_by: Option<String>,
+    /// `ADD container=abc ifname=eth0`, or just `GC`; empty before the
+    /// command is known.
+    pub call: String,
+    pub message: String,
+}
+
+impl LogLine {
+    /// `None` for text not in the format.
+    pub fn parse(text: &str) -> Option<LogLine> {
+        let (time, rest) = text.split_once(' ')?;
+        let (level, rest) = rest.split_once(' ')?;
+        let (prefix, message) = rest.trim_start().split_once(": ")?;
+        let (plugin, rest) = prefix.split_once('[')?;
+        let (pid, rest) = rest.split_once(']')?;
+        let rest = rest.trim_start();
+        let (delegated_by, call) = match rest.strip_prefix("(delegate of ") {
+            Some(delegated) => {
+                let (caller, call) = delegated.split_once(')')?;
+                (Some(caller.to_string()), call.trim_start())
+            }
+            None => (None, rest),
+        };
+        Some(LogLine {
+            time: time.to_string(),
+            level: level.to_string(),
+            plugin: plugin.to_string(),
+            pid: pid.parse().ok()?,
+            delegated_by,
+            call: call.to_string(),
+            message: message.to_string(),
+        })
+    }
+}
+
 /// `10.0.0.2/24, fd00::2/64`: a list for a log line, each item in its
 /// human (Display) form; `none` when empty.
 pub fn joined<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
@@ -444,6 +489,38 @@ mod tests {
             line_without_time(&logger, &stderr),
             "INFO  bridge[PID] GC: 10.0.0.2/24 on eth0"
         );
+    }
+
+    #[test]
+    fn lines_parse_back() {
+        let settings = LogSettings {
+            level: LevelFilter::Info,
+            file: None,
+        };
+        let delegate = LogContext {
+            plugin: "host-local".into(),
+            delegated_by: Some("bridge".into()),
+            ..add_context()
+        };
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&settings, delegate, Box::new(stderr.clone()));
+        log_at(&logger, log::Level::Warn, "a: b");
+        let text = stderr.text();
+        let line = LogLine::parse(text.trim_end()).unwrap();
+        assert_eq!(line.level, "WARN");
+        assert_eq!(line.plugin, "host-local");
+        assert_eq!(line.pid, std::process::id());
+        assert_eq!(line.delegated_by.as_deref(), Some("bridge"));
+        assert_eq!(line.call, "ADD container=abc123 ifname=eth0");
+        assert_eq!(line.message, "a: b");
+        assert_eq!(line.time.len(), 24);
+
+        let gc = LogLine::parse("2024-05-01T12:00:00.123Z ERROR bridge[7] GC: x").unwrap();
+        assert_eq!(
+            (gc.plugin.as_str(), gc.call.as_str(), gc.delegated_by),
+            ("bridge", "GC", None)
+        );
+        assert_eq!(LogLine::parse("cannot open log file /x: denied"), None);
     }
 
     #[test]
