@@ -10,64 +10,33 @@ use std::fs;
 use std::path::Path;
 
 use bridge_common::*;
+use libcni::logging::LogLine;
 use serde_json::{json, Value};
 
-/// One log line, split into its parts.
-#[derive(Debug)]
-struct Line {
-    level: String,
-    /// `bridge`, or `host-local (delegate of bridge)`.
-    plugin: String,
-    /// `ADD container=dummy-0 ifname=eth0`.
-    call: String,
-    message: String,
+fn read_log(path: &Path) -> Vec<LogLine> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let line = LogLine::parse(l).unwrap_or_else(|| panic!("not a log line: {l}"));
+            assert!(line.time.len() == 24 && line.time.ends_with('Z'), "{l}");
+            line
+        })
+        .collect()
 }
 
-/// `2026-01-02T03:04:05.678Z INFO  bridge[42] ADD container=c ifname=eth0: message`
-fn parse_line(text: &str) -> Line {
-    let (time, rest) = text.split_once(' ').unwrap_or_else(|| panic!("{text}"));
-    assert!(
-        time.len() == 24 && time.ends_with('Z'),
-        "no timestamp: {text}"
-    );
-    let (level, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("{text}"));
-    let rest = rest.trim_start();
-    let (prefix, message) = rest.split_once(": ").unwrap_or_else(|| panic!("{text}"));
-    let open = prefix.find('[').unwrap_or_else(|| panic!("no pid: {text}"));
-    let close = prefix.find(']').unwrap_or_else(|| panic!("no pid: {text}"));
-    assert!(
-        prefix[open + 1..close].parse::<u32>().is_ok(),
-        "pid is not a number: {text}"
-    );
-    let name = &prefix[..open];
-    let after = prefix[close + 1..].trim_start();
-    let (plugin, call) = match after.strip_prefix("(delegate of ") {
-        Some(delegated) => {
-            let (caller, call) = delegated
-                .split_once(") ")
-                .unwrap_or_else(|| panic!("{text}"));
-            (format!("{name} (delegate of {caller})"), call.to_string())
-        }
-        None => (name.to_string(), after.to_string()),
-    };
-    Line {
-        level: level.to_string(),
-        plugin,
-        call,
-        message: message.to_string(),
+/// `bridge`, or `host-local (delegate of bridge)`.
+fn who(line: &LogLine) -> String {
+    match &line.delegated_by {
+        Some(caller) => format!("{} (delegate of {caller})", line.plugin),
+        None => line.plugin.clone(),
     }
 }
 
-fn read_log(path: &Path) -> Vec<Line> {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(parse_line).collect()
-}
-
 /// Messages of `plugin`'s lines at `level`.
-fn messages<'a>(lines: &'a [Line], level: &str, plugin: &str) -> Vec<&'a str> {
+fn messages<'a>(lines: &'a [LogLine], level: &str, plugin: &str) -> Vec<&'a str> {
     lines
         .iter()
-        .filter(|l| l.level == level && l.plugin == plugin)
+        .filter(|l| l.level == level && who(l) == plugin)
         .map(|l| l.message.as_str())
         .collect()
 }
@@ -154,7 +123,7 @@ fn info_gives_one_line_per_step_naming_plugin_and_container() {
         .iter()
         .map(|l| {
             assert_eq!(l.call, "DEL container=dummy-0 ifname=eth0", "{l:?}");
-            (l.plugin.clone(), l.message.clone())
+            (who(l), l.message.clone())
         })
         .collect();
     logged.sort();
@@ -246,9 +215,9 @@ fn at_debug_the_delegate_notes_its_failure_without_repeating_the_error() {
              debug, trace); ignored; logging at debug from logLevel"
         ]
     );
-    let errors: Vec<&Line> = lines.iter().filter(|l| l.level == "ERROR").collect();
+    let errors: Vec<&LogLine> = lines.iter().filter(|l| l.level == "ERROR").collect();
     assert_eq!(errors.len(), 1, "{lines:#?}");
-    assert_eq!(errors[0].plugin, "bridge");
+    assert_eq!(who(errors[0]), "bridge");
     assert_eq!(errors[0].message, format!("ADD failed: {IPAM_ERROR}"));
     let delegate_failure: Vec<&str> = messages(&lines, "DEBUG", DELEGATE)
         .into_iter()
