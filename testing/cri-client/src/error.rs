@@ -21,6 +21,12 @@ pub enum Error {
         call: &'static str,
         field: &'static str,
     },
+    #[error("cannot encode the image's {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -55,20 +61,22 @@ pub enum Error {
 impl Error {
     /// Whether the call failed because containerd was not there to answer
     /// (killed, restarting): the caller may retry once it is back, as
-    /// kubelet does.
+    /// kubelet does. A call cut off mid-flight by a SIGKILL comes back as
+    /// Unavailable, or as Unknown naming the broken transport.
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Connect { .. } => true,
-            Error::Rpc { status, .. } => {
-                matches!(
-                    status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
-                ) && (status.code() != tonic::Code::Unknown
-                    || status.message().contains("transport")
-                    || status.message().contains("connection"))
-            }
+            Error::Rpc { status, .. } => match status.code() {
+                tonic::Code::Unavailable | tonic::Code::Cancelled => true,
+                tonic::Code::Unknown => {
+                    let message = status.message();
+                    message.contains("transport") || message.contains("connection")
+                }
+                _ => false,
+            },
             Error::Runtime(_)
             | Error::MissingField { .. }
+            | Error::Encode { .. }
             | Error::Io { .. }
             | Error::Command { .. }
             | Error::NotReady { .. }

@@ -50,7 +50,10 @@ pub fn write_archive(image: &SandboxImage<'_>, archive: &Path) -> Result<(), Err
         "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
         "history": [{ "created_by": "cri-client oci_image::write_archive" }],
     }))
-    .map_err(|e| Error::io("encode the image config", e.into()))?;
+    .map_err(|source| Error::Encode {
+        what: "config",
+        source,
+    })?;
     let config_digest = sha256(&config);
 
     let manifest = serde_json::to_vec(&json!({
@@ -59,7 +62,10 @@ pub fn write_archive(image: &SandboxImage<'_>, archive: &Path) -> Result<(), Err
         "config": { "mediaType": CONFIG_MEDIA_TYPE, "digest": config_digest, "size": config.len() },
         "layers": [{ "mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": layer.len() }],
     }))
-    .map_err(|e| Error::io("encode the image manifest", e.into()))?;
+    .map_err(|source| Error::Encode {
+        what: "manifest",
+        source,
+    })?;
     let manifest_digest = sha256(&manifest);
 
     let index = serde_json::to_vec(&json!({
@@ -72,7 +78,10 @@ pub fn write_archive(image: &SandboxImage<'_>, archive: &Path) -> Result<(), Err
             "annotations": { "io.containerd.image.name": image.reference },
         }],
     }))
-    .map_err(|e| Error::io("encode the image index", e.into()))?;
+    .map_err(|source| Error::Encode {
+        what: "index",
+        source,
+    })?;
 
     let file = std::fs::File::create(archive)
         .map_err(|e| Error::io(format!("create {}", archive.display()), e))?;

@@ -88,7 +88,8 @@ struct CriNode {
     outside: TestNetns,
     /// host-local's lease folder for the network.
     lease_dir: PathBuf,
-    /// One line per plugin exec: `COMMAND plugin ifname containerID netns`.
+    /// One line per plugin exec: `COMMAND plugin ifname containerID netns
+    /// CNI_ARGS`.
     call_log: PathBuf,
     /// containerd's CNI `bin_dir` (wrappers around our binaries).
     plugin_dir: PathBuf,
@@ -357,7 +358,7 @@ fn logging_plugin_dir(dir: &Path, log: &Path) {
             None => workspace_plugin(name),
         };
         let script = format!(
-            "#!/bin/sh\nprintf '%s %s %s %s %s\\n' \"$CNI_COMMAND\" {name} \"${{CNI_IFNAME:--}}\" \"${{CNI_CONTAINERID:--}}\" \"${{CNI_NETNS:--}}\" >> '{log}'\nexec '{real}' \"$@\"\n",
+            "#!/bin/sh\nprintf '%s %s %s %s %s %s\\n' \"$CNI_COMMAND\" {name} \"${{CNI_IFNAME:--}}\" \"${{CNI_CONTAINERID:--}}\" \"${{CNI_NETNS:--}}\" \"${{CNI_ARGS:--}}\" >> '{log}'\nexec '{real}' \"$@\"\n",
             log = log.display(),
             real = real.display(),
         );
@@ -376,6 +377,8 @@ struct PluginExec {
     ifname: String,
     container_id: String,
     netns: String,
+    /// `CNI_ARGS` (`;`-separated, no spaces).
+    args: String,
 }
 
 impl PluginExec {
@@ -387,6 +390,7 @@ impl PluginExec {
             ifname: f.next()?.to_string(),
             container_id: f.next()?.to_string(),
             netns: f.next()?.to_string(),
+            args: f.next()?.to_string(),
         })
     }
 }
@@ -451,6 +455,18 @@ fn containerd_runs_a_pod_on_our_plugins() {
         .into_iter()
         .filter(|c| c.command == "ADD" && c.container_id == id)
         .collect();
+    // kubelet's pod identity reaches every plugin in CNI_ARGS.
+    for call in &adds {
+        let args: BTreeSet<&str> = call.args.split(';').collect();
+        for expected in [
+            "K8S_POD_NAME=web",
+            "K8S_POD_NAMESPACE=cnitest",
+            "K8S_POD_UID=cnitest-uid-web",
+            &format!("K8S_POD_INFRA_CONTAINER_ID={id}"),
+        ] {
+            assert!(args.contains(expected), "{expected} missing from {call:?}");
+        }
+    }
     let loopback: Vec<&PluginExec> = adds.iter().filter(|c| c.plugin == "loopback").collect();
     assert_eq!(loopback.len(), 1, "one loopback ADD: {adds:#?}");
     assert_eq!(loopback[0].ifname, "lo");
