@@ -205,13 +205,11 @@ pub fn configure_iface(
             })??;
     }
     configure_addresses(socket, link.index, ifname, &ips)?;
-    add_routes(socket, link.index, ifname, &result.routes, &ips)?;
-    // The one line every plugin using this step gets for it.
     log::info!(
-        "addresses {} on {ifname}; routes: {}",
-        crate::logging::joined(ips.iter().map(|ip| ip.address)),
-        crate::logging::joined(result.routes.iter().map(crate::logging::RouteText))
+        "addresses {} on {ifname}",
+        crate::logging::joined(ips.iter().map(|ip| ip.address))
     );
+    add_routes(socket, link.index, ifname, &result.routes, &ips)?;
     Ok(link)
 }
 
@@ -277,6 +275,7 @@ pub fn add_routes(
             .filter_map(|ip| ip.gateway)
             .find(|gw| crate::IpFamily::of(*gw) == family)
     };
+    let mut added = Vec::with_capacity(routes.len());
     for route in routes {
         let mut wanted = Route::new(route.dst);
         wanted.gateway = route
@@ -287,9 +286,14 @@ pub fn add_routes(
         wanted.scope = route.scope;
         wanted.priority = (route.priority != 0).then_some(route.priority);
         wanted.mtu = (route.mtu != 0).then_some(route.mtu);
+        let text = crate::logging::RouteText(&ResultRoute {
+            gw: wanted.gateway,
+            ..route.clone()
+        })
+        .to_string();
         match socket.append_route(&wanted) {
-            Ok(()) => {}
-            Err(e) if e.is_exists() => {}
+            Ok(()) => added.push(text),
+            Err(e) if e.is_exists() => added.push(format!("{text} (already there)")),
             Err(source) => {
                 return Err(IfaceError::AddRoute {
                     destination: route.dst,
@@ -301,6 +305,9 @@ pub fn add_routes(
                 })
             }
         }
+    }
+    if !added.is_empty() {
+        log::info!("routes through {ifname}: {}", added.join(", "));
     }
     Ok(())
 }

@@ -326,12 +326,6 @@ impl<'a, E: Exec> Attach<'a, E> {
                 &result.routes,
                 &container_ips,
             )?;
-            if !result.routes.is_empty() {
-                log::info!(
-                    "routes in the container: {}",
-                    logging::joined(result.routes.iter().map(logging::RouteText))
-                );
-            }
         } else if !self.conf.disable_container_interface {
             self.container
                 .set_link_up(veth.container.index)

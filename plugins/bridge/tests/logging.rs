@@ -107,7 +107,7 @@ fn info_gives_one_line_per_step_naming_plugin_and_container() {
                 == "masquerading traffic from 10.1.2.2/24 that leaves its subnet (nftables backend)",
         "{masq}"
     );
-    assert_eq!(bridge[5], "routes in the container: 0.0.0.0/0 via 10.1.2.1");
+    assert_eq!(bridge[5], "routes through eth0: 0.0.0.0/0 via 10.1.2.1");
     assert_eq!(
         messages(&lines, "INFO", DELEGATE),
         vec!["reserved 10.1.2.2 in network testConfig for dummy-0/eth0"],
