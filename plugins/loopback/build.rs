@@ -48,12 +48,28 @@ fn main() {
 fn link_statically() -> Result<(), String> {
     let var = |name: &str| env::var(name).unwrap_or_default();
     if var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "musl" {
-        // The musl target links static PIEs by itself. Its start code
-        // (rcrt1.o, musl 1.2.4 and later) applies packed relative
-        // relocations too; packed, the table the start-up reads shrinks
-        // to a few hundred bytes (cluster-ipam: 83 KiB of RELA, 3475
-        // entries, each read at every start; see docs/cluster-ipam.md).
-        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+        // The musl targets link statically by themselves: x86_64 as a
+        // static PIE, whose start code (rcrt1.o, musl 1.2.4 and later)
+        // applies packed relative relocations too; packed, the table the
+        // start-up reads shrinks to a few hundred bytes (cluster-ipam:
+        // 83 KiB of RELA, 3475 entries, each read at every start; see
+        // docs/cluster-ipam.md). aarch64 links a static executable at a
+        // fixed address (rustc's target has no static-PIE mode), which has
+        // no relative relocations to pack; the option is harmless there.
+        // The release build for aarch64 links with rust-lld itself
+        // (.cargo/config.toml), which takes linker options bare; a C
+        // compiler driver wants them behind -Wl.
+        let linker = env::var("RUSTC_LINKER").unwrap_or_default();
+        let linker_name = Path::new(&linker)
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if linker_name.contains("lld") && !linker_name.contains("clang") {
+            println!("cargo:rustc-link-arg-bins=-zpack-relative-relocs");
+        } else {
+            println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+        }
+        println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
         return Ok(());
     }
     if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
