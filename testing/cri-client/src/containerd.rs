@@ -298,9 +298,10 @@ impl Containerd {
     }
 
     /// The processes that run in the holder's mount namespace besides the
-    /// holder and the daemon: containerd's shims (one per sandbox). They
-    /// are children of processes this harness started.
-    fn shims(&self) -> Vec<i32> {
+    /// holder and the daemon: containerd's shims (one per sandbox, gone
+    /// once the sandbox is removed). They descend from processes this
+    /// harness started.
+    pub fn shims(&self) -> Vec<i32> {
         let holder = self.holder.id() as i32;
         let daemon = self.pid().map(|p| p as i32);
         let Some(mount_ns) = mount_ns_of(holder) else {

@@ -1,6 +1,6 @@
 //! Our plugins under Debian's containerd (1.6), driven over CRI as kubelet
 //! drives it: a bridge + portmap conflist of the test's own, containerd's
-//! own loopback network first, pods reachable on their IP and host port,
+//! own loopback network, pods reachable on their IP and host port,
 //! nothing left after StopPodSandbox and RemovePodSandbox, and a churn of
 //! pods by several workers with containerd SIGKILLed and restarted in the
 //! middle.
@@ -17,7 +17,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -325,6 +325,31 @@ impl CriNode {
     }
 }
 
+impl CriNode {
+    /// Stops containerd by PID (SIGTERM) once the shims have gone with
+    /// their sandboxes, and asserts that it exited cleanly.
+    fn stop_cleanly(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let shims = self.containerd.shims();
+            if shims.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shims still running after every sandbox was removed: {shims:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let status = self.containerd.stop().expect("stop containerd");
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "containerd's exit on SIGTERM: {status:?}; its log:\n{}",
+            self.containerd.log()
+        );
+    }
+}
+
 /// Whether a rule line names an address or ID as a whole word (so that
 /// 10.0.0.1 does not match 10.0.0.12).
 fn line_names(line: &str, needle: &str) -> bool {
@@ -419,7 +444,7 @@ fn containerd_runs_a_pod_on_our_plugins() {
         return;
     }
     let started = Instant::now();
-    let node = CriNode::start("cri1", "cnicri1", "10.244.71");
+    let mut node = CriNode::start("cri1", "cnicri1", "10.244.71");
     let mut client = node.client();
     let version = client.version().expect("CRI Version");
     eprintln!(
@@ -607,6 +632,7 @@ fn containerd_runs_a_pod_on_our_plugins() {
     assert_eq!(ids.len(), 2, "a second sandbox reached our bridge");
     assert!(ids.contains(&kept[0].id));
     node.assert_nothing_left(&ids, &BTreeSet::new());
+    node.stop_cleanly();
     eprintln!("single pod: {:.1} s", started.elapsed().as_secs_f64());
 }
 
@@ -642,7 +668,6 @@ fn containerd_churn_survives_a_restart() {
 
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
-    let restarted = Arc::new(AtomicBool::new(false));
     let record = Arc::new(Mutex::new(ChurnRecord::default()));
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
@@ -682,7 +707,6 @@ fn containerd_churn_survives_a_restart() {
     node.containerd
         .restart()
         .unwrap_or_else(|e| panic!("restart containerd: {e}"));
-    restarted.store(true, Ordering::SeqCst);
 
     for worker in workers {
         worker.join().expect("churn worker panicked");
@@ -698,11 +722,19 @@ fn containerd_churn_survives_a_restart() {
         killed_at < PODS,
         "containerd was killed only after the churn ended"
     );
-    assert!(restarted.load(Ordering::SeqCst));
+    assert!(
+        !record.retried.is_empty(),
+        "no CRI call met the killed containerd: the kill missed the churn"
+    );
     assert!(
         record.failures.is_empty(),
         "failed pods: {:#?}",
         record.failures
+    );
+    assert_eq!(
+        record.ips.len(),
+        PODS,
+        "every pod got an address of its own"
     );
 
     // Whatever the restart left (a sandbox whose RunPodSandbox was cut
@@ -732,6 +764,7 @@ fn containerd_churn_survives_a_restart() {
         }
     }
     node.assert_nothing_left(&ids, &record.ips);
+    node.stop_cleanly();
     eprintln!("churn test: {:.1} s", started.elapsed().as_secs_f64());
 }
 
