@@ -321,7 +321,8 @@ impl Containerd {
 impl Drop for Containerd {
     /// Also on a failed test: remove what sandboxes are left (containerd
     /// tears their networks down), stop containerd by PID, end the shims it
-    /// left, then the holder, which ends the private mount namespace.
+    /// left and their sandboxes, then the holder, which ends the private
+    /// mount namespace.
     fn drop(&mut self) {
         if self.daemon.is_some() {
             if let Ok(mut client) = self.client() {
@@ -329,7 +330,11 @@ impl Drop for Containerd {
             }
         }
         let _ = self.stop();
-        for pid in self.shims() {
+        // Sandboxes still running (containerd was down, or their removal
+        // failed): their processes are the shims' children (each shim is
+        // the subreaper of its sandbox's init).
+        let shims = self.shims();
+        for pid in children_of(&shims).into_iter().chain(shims) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         let _ = kill(Pid::from_raw(self.holder.id() as i32), Signal::SIGKILL);
@@ -381,6 +386,25 @@ fn start_holder(config: &ContainerdConfig) -> Result<Child, Error> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(holder)
+}
+
+/// Processes whose parent is one of `parents`.
+fn children_of(parents: &[i32]) -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| parent_of(pid).is_some_and(|ppid| parents.contains(&ppid)))
+        .collect()
+}
+
+/// The parent PID from `/proc/<pid>/stat` (the field after the command
+/// name, which is in parentheses and may itself hold spaces).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn mount_ns_of(pid: i32) -> Option<u64> {
