@@ -550,10 +550,10 @@ fn network_name(stdin: &[u8]) -> Result<String, String> {
 
 /// The listening socket: systemd's, or a new one at the socket path.
 fn listener(flags: &Flags) -> Result<(UnixListener, Option<PathBuf>), String> {
-    let listen_pid = std::env::var("LISTEN_PID").ok();
-    let for_us = listen_pid
-        .as_deref()
-        .is_none_or(|pid| pid == std::process::id().to_string());
+    // As systemd's protocol says, the sockets are ours only when
+    // LISTEN_PID names this process (not a parent that passed the
+    // variables on).
+    let for_us = std::env::var("LISTEN_PID").is_ok_and(|pid| pid == std::process::id().to_string());
     if let Some(count) = std::env::var("LISTEN_FDS").ok().filter(|_| for_us) {
         let count: i32 = count
             .parse()

@@ -313,3 +313,43 @@ mod tests {
         assert_eq!(udp_payload(&fragment, SERVER_PORT), None);
     }
 }
+
+#[cfg(test)]
+mod decode_robustness {
+    use super::*;
+    use dhcproto::v4::{DhcpOption, MessageType};
+
+    /// Replies come from the network: every truncation and byte flip of a
+    /// real acknowledgement must decode or fail, never panic.
+    #[test]
+    fn mangled_replies_do_not_panic() {
+        let mut ack = Message::new_with_id(
+            7,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::new(192, 168, 1, 5),
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            &[2, 0, 0, 0, 0, 1],
+        );
+        let opts = ack.opts_mut();
+        opts.insert(DhcpOption::MessageType(MessageType::Ack));
+        opts.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+        opts.insert(DhcpOption::Router(vec![Ipv4Addr::new(192, 168, 1, 1)]));
+        opts.insert(DhcpOption::AddressLeaseTime(120));
+        opts.insert(DhcpOption::StaticRoutingTable(vec![(
+            Ipv4Addr::new(10, 0, 0, 0),
+            Ipv4Addr::new(10, 1, 2, 3),
+        )]));
+        let bytes = ack.to_vec().unwrap();
+        for cut in 0..bytes.len() {
+            let _ = Message::from_bytes(&bytes[..cut]);
+        }
+        for at in 236..bytes.len() {
+            for value in [0u8, 1, 3, 4, 5, 33, 121, 255] {
+                let mut mangled = bytes.clone();
+                mangled[at] = value;
+                let _ = Message::from_bytes(&mangled);
+            }
+        }
+    }
+}

@@ -274,7 +274,10 @@ fn status_and_errors() {
 fn daemon_flags_and_socket_activation() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run_daemon = |args: &[&str], env: &[(&str, &str)]| {
-        std::process::Command::new(ours())
+        // Bounded: a daemon that wrongly starts serving must not hang the test.
+        std::process::Command::new("timeout")
+            .arg("20")
+            .arg(ours())
             .arg("daemon")
             .args(args)
             .envs(env.iter().copied())
@@ -290,7 +293,18 @@ fn daemon_flags_and_socket_activation() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("flag provided but not defined: -bogus"));
     let socket = dir.path().join("a.sock");
     let socket = socket.display().to_string();
-    let out = run_daemon(&["-socketpath", &socket], &[("LISTEN_FDS", "2")]);
+    let activated = |fds: &str| {
+        std::process::Command::new("timeout")
+            .args(["20", "sh", "-c"])
+            .arg(format!(
+                "LISTEN_PID=$$ LISTEN_FDS={fds} exec \"$0\" daemon -socketpath \"$1\""
+            ))
+            .arg(ours())
+            .arg(&socket)
+            .output()
+            .expect("run daemon")
+    };
+    let out = activated("2");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("Too many (2) FDs passed through socket activation"));
@@ -307,4 +321,116 @@ fn daemon_flags_and_socket_activation() {
     daemon.stop();
     assert!(!pidfile.exists());
     assert!(!daemon.socket.exists());
+}
+
+/// `provide` (a CNI_ARGS value as host name), `request` (classless routes)
+/// and `priority` end to end: dnsmasq records the host name and sends
+/// option 121, whose routes replace the router's default route.
+#[test]
+fn provided_options_requested_routes_and_priority() {
+    let mut lab = Lab::start_with(
+        "dh-o",
+        "192.168.1.20",
+        &["--dhcp-option=121,10.9.0.0/16,192.168.1.254,0.0.0.0/0,192.168.1.1".to_string()],
+    );
+    let ct = lab.container("dh-oc", "eth0");
+    let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
+    let mut conf = conf("1.0.0", &daemon.socket);
+    conf["ipam"]["provide"] = json!([{"option": "host-name", "fromArg": "K8S_POD_NAME"}]);
+    conf["ipam"]["request"] = json!([{"option": "121"}]);
+    conf["ipam"]["priority"] = json!(30);
+    let out = PluginCall::new("ADD")
+        .attachment("ctr-o", &ct.path(), "eth0")
+        .var("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web-0")
+        .stdin_json(&conf)
+        .run(&ours());
+    let result = out.assert_ok().json();
+    assert_eq!(
+        result["routes"],
+        json!([
+            {"dst": "10.9.0.0/16", "gw": "192.168.1.254", "priority": 30},
+            {"dst": "0.0.0.0/0", "gw": SERVER_IP, "priority": 30}
+        ]),
+        "{result}"
+    );
+    let hostnames: Vec<String> = std::fs::read_to_string(lab.dir.path().join("leases"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .collect();
+    assert_eq!(hostnames, ["web-0"], "dnsmasq got the provided host name");
+    run(&ours(), "DEL", &ct, "ctr-o", "eth0", &conf).assert_ok();
+}
+
+/// DEL after the container's namespace is gone: nothing can be sent from
+/// the interface, but the daemon forgets the lease and DEL succeeds.
+#[test]
+fn del_with_the_netns_gone() {
+    let mut lab = Lab::start("dh-n", "192.168.1.20", None);
+    let ct = lab.container("dh-nc", "eth0");
+    let state = lab.dir.path().join("state");
+    let daemon = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-n", "eth0", &conf).assert_ok();
+    let path = ct.path();
+    drop(ct);
+    PluginCall::new("DEL")
+        .attachment("ctr-n", &path, "eth0")
+        .stdin_json(&conf)
+        .run(&ours())
+        .assert_ok();
+    assert_eq!(std::fs::read_dir(&state).expect("state dir").count(), 0);
+}
+
+/// systemd socket activation: the daemon serves on the socket it is given
+/// as fd 3 (LISTEN_FDS=1 with LISTEN_PID its own PID) instead of binding.
+#[test]
+fn socket_activation_serves_the_passed_socket() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("activated.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let listener_fd = listener.as_raw_fd();
+    let unused = dir.path().join("unused.sock");
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon -socketpath \"$1\" -statedir \"$2\"")
+        .arg(ours())
+        .arg(&unused)
+        .arg(dir.path().join("state"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: dup2 and fcntl are async-signal-safe; they make the listener
+    // fd 3 without close-on-exec, in the child only. When it already is fd
+    // 3, dup2 would do nothing and leave close-on-exec set.
+    unsafe {
+        command.pre_exec(move || {
+            let rc = if listener_fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(listener_fd, 3)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("start daemon");
+    drop(listener);
+    let status = |path: &std::path::Path| {
+        PluginCall::new("STATUS")
+            .stdin_json(&conf("1.1.0", path))
+            .run(&ours())
+    };
+    let served = wait_for(Duration::from_secs(10), || status(&socket).code == 0);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert!(served, "the daemon answered on the passed socket");
+    assert!(!unused.exists(), "and bound no socket of its own");
 }

@@ -52,6 +52,15 @@ impl Lab {
     /// Addresses from .5 to `last`, leases of 2 minutes (dnsmasq's
     /// shortest), T1 after `t1_secs` when given.
     pub fn start(tag: &str, last: &str, t1_secs: Option<u32>) -> Lab {
+        let extra: Vec<String> = t1_secs
+            .map(|t1| format!("--dhcp-option=option:T1,{t1}"))
+            .into_iter()
+            .collect();
+        Lab::start_with(tag, last, &extra)
+    }
+
+    /// As [`Lab::start`], with more dnsmasq arguments.
+    pub fn start_with(tag: &str, last: &str, extra: &[String]) -> Lab {
         let host = TestNetns::new(tag);
         host.ip(&["link", "add", "dhcpbr0", "type", "bridge"]);
         host.ip(&["addr", "add", "192.168.1.1/24", "dev", "dhcpbr0"]);
@@ -78,9 +87,7 @@ impl Lab {
                 dir.path().join("dnsmasq.log").display()
             ),
         ];
-        if let Some(t1) = t1_secs {
-            args.push(format!("--dhcp-option=option:T1,{t1}"));
-        }
+        args.extend(extra.iter().cloned());
         let dnsmasq = Command::new("ip")
             .args(&args)
             .stdin(Stdio::null())
