@@ -551,12 +551,12 @@ impl<'a, E: Exec> Attach<'a, E> {
         let rollback = std::mem::take(&mut self.rollback);
         let failures = rollback.unwind(|step| self.undo(step));
         for (step, error) in failures {
-            log::warn!("rollback of {step:?} failed: {error}");
+            log::warn!("rollback: {step} failed: {error}");
         }
     }
 
     fn undo(&mut self, step: Undo) -> Result<(), BridgeError> {
-        log::debug!("rolling back {step:?}");
+        log::debug!("rolling back: {step}");
         match step {
             Undo::DeleteVeth {
                 host_index,
