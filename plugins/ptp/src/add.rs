@@ -253,12 +253,12 @@ impl<E: Exec> Attach<'_, E> {
         let rollback = std::mem::take(&mut self.rollback);
         let failures = rollback.unwind(|step| self.undo(step));
         for (step, error) in failures {
-            log::warn!("rollback of {step:?} failed: {error}");
+            log::warn!("rollback: {step} failed: {error}");
         }
     }
 
     fn undo(&mut self, step: Undo) -> Result<(), PtpError> {
-        log::debug!("rolling back {step:?}");
+        log::debug!("rolling back: {step}");
         match step {
             Undo::DeleteVeth {
                 host_index,

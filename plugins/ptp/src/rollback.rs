@@ -23,5 +23,20 @@ pub enum Undo {
     },
 }
 
+/// What the step undoes, for the log: `delete veth veth1a2b3c4d`.
+impl std::fmt::Display for Undo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Undo::DeleteVeth { host_name, .. } => write!(f, "delete veth {host_name}"),
+            Undo::ReleaseIpam => f.write_str("release the IPAM lease"),
+            Undo::TeardownMasquerade { ips } => write!(
+                f,
+                "remove the masquerade rules of {}",
+                libcni::logging::joined(ips)
+            ),
+        }
+    }
+}
+
 /// ADD's record of [`Undo`] steps.
 pub type Rollback = libcni::rollback::Rollback<Undo>;
