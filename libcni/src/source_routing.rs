@@ -137,7 +137,15 @@ impl Rollback {
                 Undo::RestoreRoute(route) => socket.add_route_entry(route),
             };
             match outcome {
-                Ok(()) => log::debug!("undone: {step:?}"),
+                Ok(()) => log::debug!(
+                    "undone: {}",
+                    match &step {
+                        Undo::DeleteRule(_) | Undo::DeleteRuleMatching(_) =>
+                            "a rule ADD added".to_string(),
+                        Undo::ClearTable(table) => format!("the routes of table {table}"),
+                        Undo::RestoreRoute(route) => format!("route {} restored", route.describe()),
+                    }
+                ),
                 // Already gone, or already back: nothing left to undo.
                 Err(e) if e.is_not_found() || e.is_exists() => {}
                 Err(e) => failures.push(e.to_string()),
