@@ -199,7 +199,12 @@ fn roll_back(undo: Vec<Undo>, mut interface: Option<&mut Interface>) {
             },
         };
         if let Err(e) = outcome {
-            log::error!("ADD rollback: cannot undo {step:?}: {e}");
+            let what = match &step {
+                Undo::Sysctl { path, value } => format!("sysctl {path} back to {value}"),
+                Undo::SavedFile { path, .. } => format!("saved settings {}", path.display()),
+                Undo::Link(setting) => format!("link setting {setting}"),
+            };
+            log::error!("ADD rollback: cannot restore {what}: {e}");
         }
     }
 }
