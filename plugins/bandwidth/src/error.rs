@@ -34,6 +34,9 @@ pub enum BandwidthError {
     PrevResult(#[source] ResultError),
     #[error(transparent)]
     NetNs(#[from] ContainerNetNsError),
+    /// DEL's own namespace, which its detached deletion of the ifb needs.
+    #[error("cannot open this process's network namespace: {0}")]
+    HostNetNs(#[source] libcni::netns::NetNsError),
     #[error("no interfaces provided")]
     NoInterfaces,
     #[error("container interface {ifname} has no veth peer: {reason}")]
@@ -98,6 +101,7 @@ impl ToCniError for BandwidthError {
             | BandwidthError::PeerNotInHost(_)
             | BandwidthError::PeerNotListed => ErrorCode::InvalidNetworkConfig,
             BandwidthError::Clock(_)
+            | BandwidthError::HostNetNs(_)
             | BandwidthError::AddIfb(_)
             | BandwidthError::IfbMissing(_)
             | BandwidthError::QdiscMissing
