@@ -45,6 +45,45 @@ pub fn run_once(
     env: &[(&str, &str)],
     stdin: &[u8],
 ) -> Result<RunCost, MeasureError> {
+    run(program, env, stdin, Start::Fork)
+}
+
+/// How [`run`] starts the child.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// A copy of this process that then execs: peak RSS is the child's own.
+    Fork,
+    /// std's default (posix_spawn, which shares this process's memory until
+    /// exec), as runtimes start plugins (Go's os/exec does the same).
+    Spawn,
+}
+
+/// Like [`run_ok`] but timing only, with the plugin started as a runtime
+/// starts it ([`Start::Spawn`]). Why: forking this process (copying its
+/// page tables, which the exec then tears down) cost 0.2-0.5 ms per call
+/// here, the same for both sides, which no runtime pays and which pulled
+/// every ratio towards 1. Peak RSS still needs [`run_once`].
+pub fn run_ok_timed(
+    program: &Path,
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> Result<Duration, MeasureError> {
+    let cost = run(program, env, stdin, Start::Spawn)?;
+    if cost.exit_code != 0 {
+        return Err(MeasureError::Failed {
+            path: program.display().to_string(),
+            code: cost.exit_code,
+        });
+    }
+    Ok(cost.wall)
+}
+
+fn run(
+    program: &Path,
+    env: &[(&str, &str)],
+    stdin: &[u8],
+    start_as: Start,
+) -> Result<RunCost, MeasureError> {
     let path = program.display().to_string();
     let mut cmd = Command::new(program);
     cmd.env_clear()
@@ -57,11 +96,14 @@ pub fn run_once(
     // high-water mark as the child's `ru_maxrss` (every one of our plugins
     // read as the bench's own 2.8 MiB). A pre_exec hook makes std fork; the
     // child's figure then includes only the parent pages the fork copied
-    // (well under 1 MiB), for both sides alike. Costs ~0.07 ms per spawn,
-    // also alike.
-    // SAFETY: the hook does nothing, so it is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| Ok(()));
+    // (well under 1 MiB), for both sides alike. Costs 0.2-0.5 ms per call
+    // on a busy machine, also alike; `run_ok_timed` avoids it where only
+    // time is measured.
+    if start_as == Start::Fork {
+        // SAFETY: the hook does nothing, so it is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| Ok(()));
+        }
     }
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| MeasureError::Spawn {
@@ -168,6 +210,13 @@ mod tests {
         assert!(c.max_rss_kib > 0);
         let c = run_once(Path::new("/bin/true"), &[], b"").unwrap();
         assert_eq!(c.exit_code, 0);
+    }
+
+    #[test]
+    fn run_ok_timed_fails_on_a_non_zero_exit() {
+        let e = run_ok_timed(Path::new("/bin/sh"), &[], b"exit 3\n").unwrap_err();
+        assert!(matches!(e, MeasureError::Failed { code: 3, .. }), "{e}");
+        assert!(run_ok_timed(Path::new("/bin/true"), &[], b"").is_ok());
     }
 
     #[test]

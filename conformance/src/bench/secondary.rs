@@ -16,7 +16,7 @@ use libcni::netns::NetNs;
 use serde_json::{json, Value};
 
 use super::{settle, Row, StateRoot};
-use crate::measure::{run_ok, summarize, MeasureError, RunCost};
+use crate::measure::{run_ok, run_ok_timed, summarize, MeasureError};
 use crate::testnet::TestNetns;
 
 /// The plugins this group measures, in report order. ipvlan and vlan are
@@ -209,7 +209,8 @@ impl Side {
     }
 
     /// One call inside the side's fake host (plugins are children of the
-    /// thread that starts them, so that thread enters the host first).
+    /// thread that starts them, so that thread enters the host first):
+    /// timed, or (`measure` = [`Measure::PeakRss`]) for its peak RSS.
     fn call(
         &self,
         plugin: &str,
@@ -217,7 +218,8 @@ impl Side {
         pod: &TestNetns,
         cid: &str,
         conf: &[u8],
-    ) -> Result<RunCost, SecondaryError> {
+        measure: Measure,
+    ) -> Result<Cost, SecondaryError> {
         let netns = pod.path().display().to_string();
         let cni_path = self.dir.display().to_string();
         let env = [
@@ -232,10 +234,32 @@ impl Side {
         let program = self.dir.join(plugin);
         Ok(self.host_ns.run(|| {
             settle();
-            run_ok(&program, &env, conf)
+            match measure {
+                Measure::Time => run_ok_timed(&program, &env, conf).map(Cost::Wall),
+                Measure::PeakRss => {
+                    run_ok(&program, &env, conf).map(|c| Cost::RssKib(c.max_rss_kib))
+                }
+            }
         })??)
     }
 }
+
+/// What a call is run for: the two need different ways of starting the
+/// plugin (see [`run_ok_timed`]).
+#[derive(Clone, Copy)]
+enum Measure {
+    Time,
+    PeakRss,
+}
+
+enum Cost {
+    Wall(std::time::Duration),
+    RssKib(u64),
+}
+
+/// Rounds before the timed ones, run for peak RSS (and so that the page
+/// cache holds both binaries before timing starts).
+const RSS_ROUNDS: usize = 3;
 
 fn setup(plugin: &str, what: String) -> SecondaryError {
     SecondaryError::Setup {
@@ -269,19 +293,28 @@ pub fn measure(
         plugin: plugin.to_string(),
         ..SecondaryFigures::default()
     };
-    // One untimed round each: the page cache holds both binaries after it.
-    for round in 0..=rounds {
+    for round in 0..RSS_ROUNDS + rounds {
+        let measure = if round < RSS_ROUNDS {
+            Measure::PeakRss
+        } else {
+            Measure::Time
+        };
         for k in 0..2 {
             let i = (round + k) % 2;
             let side = &sides[i];
             let pod = side.pod(plugin);
             let conf = serde_json::to_vec(&side.conf(plugin, &pod)).unwrap_or_default();
             let cid = format!("bench-{plugin}-{round}");
-            let add = side.call(plugin, "ADD", &pod, &cid, &conf)?;
-            let del = side.call(plugin, "DEL", &pod, &cid, &conf)?;
-            if round > 0 {
-                figs.add_del_ms[i].push((add.wall + del.wall).as_secs_f64() * 1e3);
-                figs.add_rss_kib[i] = figs.add_rss_kib[i].max(add.max_rss_kib);
+            let add = side.call(plugin, "ADD", &pod, &cid, &conf, measure)?;
+            let del = side.call(plugin, "DEL", &pod, &cid, &conf, measure)?;
+            match (add, del) {
+                (Cost::Wall(add), Cost::Wall(del)) => {
+                    figs.add_del_ms[i].push((add + del).as_secs_f64() * 1e3);
+                }
+                (Cost::RssKib(add), _) => {
+                    figs.add_rss_kib[i] = figs.add_rss_kib[i].max(add);
+                }
+                (Cost::Wall(_), Cost::RssKib(_)) => {}
             }
         }
     }
