@@ -108,6 +108,21 @@ fn open_netns(path: &str) -> Result<NetNs, SbrError> {
     })
 }
 
+/// A netlink socket bound to the container's namespace, made by moving
+/// this thread there and back rather than by starting a thread
+/// ([`NetNs::run`]): a call of sbr is short, and a thread's start and
+/// scheduling were a large part of it on a busy node. A thread that cannot
+/// move back ends the verb with that error.
+fn container_socket(netns: &NetNs) -> Result<RouteSocket, SbrError> {
+    let opened = netns
+        .enter_briefly(RouteSocket::open_current)
+        .map_err(|source| SbrError::NetNs {
+            path: netns.path().display().to_string(),
+            source,
+        })?;
+    Ok(opened?)
+}
+
 fn find_link(socket: &mut RouteSocket, args: &CmdArgs) -> Result<LinkInfo, SbrError> {
     socket
         .link_by_name(&args.ifname)?
@@ -132,7 +147,7 @@ impl Plugin for Sbr {
         let gateways = static_gateways(&conf)?;
         let netns = open_netns(&args.netns)?;
         let _lock = lock_netns(&netns, LOCK_WAIT)?;
-        let mut socket = RouteSocket::open_in(&netns)?;
+        let mut socket = container_socket(&netns)?;
         let link = find_link(&mut socket, args)?;
         add::setup(&mut socket, &link, &ips, &conf, &gateways)?;
         Ok(chained.result)
@@ -167,7 +182,7 @@ impl Plugin for Sbr {
             }
         };
         let _lock = lock_netns(&netns, LOCK_WAIT)?;
-        let mut socket = RouteSocket::open_in(&netns)?;
+        let mut socket = container_socket(&netns)?;
         let Some(link) = socket.link_by_name(&args.ifname)? else {
             log::debug!("{} is gone: nothing to do", args.ifname);
             return Ok(());
@@ -181,7 +196,7 @@ impl Plugin for Sbr {
         let ips = chained.interface_ips(&args.ifname)?;
         let gateways = static_gateways(&conf)?;
         let netns = open_netns(&args.netns)?;
-        let mut socket = RouteSocket::open_in(&netns)?;
+        let mut socket = container_socket(&netns)?;
         let link = find_link(&mut socket, args)?;
         check::verify(&mut socket, &link, &ips, &conf, &gateways)
     }

@@ -34,8 +34,13 @@ pub fn add(args: &CmdArgs) -> Result<AnyResult, TuningError> {
     // fails the call with nothing to undo.
     let result = with_mac(prev, &args.ifname, conf.mac.as_ref())?;
     let netns = NetNs::open(&args.netns).map_err(|e| TuningError::netns(&args.netns, e))?;
+    // This thread moves into the namespace and back rather than a thread
+    // being started for the work (`NetNs::run`): `apply` is a few sysctl and
+    // netlink calls that start no thread or process, and starting and
+    // scheduling a thread was a large part of a call on a busy node. A
+    // failed move back ends the call with that error.
     netns
-        .run(|| apply(args, &conf))
+        .enter_briefly(|| apply(args, &conf))
         .map_err(|e| TuningError::netns(&args.netns, e))??;
     Ok(result)
 }

@@ -26,8 +26,9 @@ pub fn check(args: &CmdArgs) -> Result<(), TuningError> {
         .ok_or(TuningError::PrevResultMissing)?;
     v100::Result::try_from(prev).map_err(TuningError::PrevResult)?;
     let netns = NetNs::open(&args.netns).map_err(|e| TuningError::netns(&args.netns, e))?;
+    // On this thread, moved there and back: see `add`.
     netns
-        .run(|| verify(&args.ifname, &conf))
+        .enter_briefly(|| verify(&args.ifname, &conf))
         .map_err(|e| TuningError::netns(&args.netns, e))?
 }
 

@@ -56,8 +56,9 @@ pub fn del(args: &CmdArgs) -> Result<(), TuningError> {
         }
         Err(e) => return Err(TuningError::netns(&args.netns, e)),
     };
+    // On this thread, moved there and back: see `add`.
     netns
-        .run(|| restore(&args.ifname, &saved))
+        .enter_briefly(|| restore(&args.ifname, &saved))
         .map_err(|e| TuningError::netns(&args.netns, e))??;
     Ok(saved::remove(&path)?)
 }
