@@ -243,7 +243,9 @@ fn the_reference_passes_except_the_listed_known_issues() {
         let name = file.unwrap().file_name().into_string().unwrap();
         if !name.contains("rdma-sriov") {
             assert!(
-                !skipped.iter().any(|l| l.contains(&format!("example {name}"))),
+                !skipped
+                    .iter()
+                    .any(|l| l.contains(&format!("example {name}"))),
                 "{name} skipped on the reference"
             );
         }
