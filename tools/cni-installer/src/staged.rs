@@ -13,8 +13,6 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use sha2::{Digest, Sha256};
 
 use crate::error::InstallerError;
@@ -97,23 +95,16 @@ impl Staged {
         Ok(())
     }
 
-    /// Renames the file to its target unless a file of that name exists
-    /// (checked by the kernel in the rename itself, so a file created
+    /// Puts the file at its target unless a file of that name exists,
+    /// checked by the kernel as it links the name (so a file created
     /// meanwhile is not overwritten). False when one existed.
-    pub fn commit_unless_present(mut self) -> io::Result<bool> {
-        match renameat2(
-            AT_FDCWD,
-            &self.temp,
-            AT_FDCWD,
-            &self.target,
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
-            Ok(()) => {
-                self.committed = true;
-                Ok(true)
-            }
-            Err(Errno::EEXIST) => Ok(false),
-            Err(errno) => Err(io::Error::from(errno)),
+    pub fn commit_unless_present(self) -> io::Result<bool> {
+        // A hard link is a rename that refuses to replace; the temporary
+        // name then goes as `self` drops.
+        match std::fs::hard_link(&self.temp, &self.target) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }
