@@ -11,6 +11,7 @@
 //! Everything works in the network namespace of the calling thread: the
 //! programs inherit it.
 
+pub mod nft_save;
 pub mod restore;
 mod run;
 pub mod save;
