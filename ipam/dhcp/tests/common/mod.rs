@@ -140,9 +140,19 @@ impl Lab {
 
     /// dnsmasq's lease file: (expiry, address, client id) per lease.
     pub fn leases(&self) -> Vec<(u64, String, String)> {
-        fs::read_to_string(self.dir.path().join("leases"))
-            .unwrap_or_default()
-            .lines()
+        // dnsmasq rewrites the file in place: a read can see it empty or
+        // half written, so two reads 50 ms apart must agree.
+        let path = self.dir.path().join("leases");
+        let mut text = fs::read_to_string(&path).unwrap_or_default();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let again = fs::read_to_string(&path).unwrap_or_default();
+            if again == text {
+                break;
+            }
+            text = again;
+        }
+        text.lines()
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split_whitespace().collect();
                 Some((
@@ -220,8 +230,11 @@ impl Daemon {
             state: state.to_path_buf(),
             log,
         };
+        // The socket file exists a moment before it accepts connections.
         assert!(
-            wait_for(Duration::from_secs(10), || daemon.socket.exists()),
+            wait_for(Duration::from_secs(10), || {
+                std::os::unix::net::UnixStream::connect(&daemon.socket).is_ok()
+            }),
             "daemon did not listen: {}",
             daemon.log_text()
         );
