@@ -146,6 +146,32 @@ impl DhcpConfig {
     }
 }
 
+/// Only the socket path, for the verbs that send no options (DEL, GC,
+/// STATUS): an option the daemon would refuse must not keep a lease from
+/// being released.
+pub fn socket_path(stdin: &[u8]) -> Result<String, ConfigError> {
+    #[derive(Deserialize)]
+    struct SocketOnly {
+        #[serde(rename = "daemonSocketPath", default)]
+        daemon_socket_path: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Conf {
+        #[serde(default)]
+        ipam: Option<SocketOnly>,
+    }
+    const SHAPE: Shape =
+        Shape::Object(&[("ipam", Shape::Object(&[("daemonSocketPath", Shape::Leaf)]))]);
+    let raw: Value = serde_json::from_slice(stdin).map_err(ConfigError::Decode)?;
+    let conf: Conf =
+        serde_json::from_value(fold_keys(&raw, &SHAPE)).map_err(ConfigError::Decode)?;
+    let ipam = conf.ipam.ok_or(ConfigError::MissingIpam)?;
+    Ok(ipam
+        .daemon_socket_path
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_SOCKET_PATH.to_string()))
+}
+
 /// The value of `key` in `CNI_ARGS` as the reference reads it for
 /// `fromArg`: pairs split on `;`, each at its first `=`.
 fn arg_value<'a>(cni_args: &'a str, key: &str) -> Option<&'a str> {
@@ -201,6 +227,22 @@ mod tests {
             ]
         );
         assert_eq!(conf.requested, [121, 33]);
+    }
+
+    #[test]
+    fn socket_path_alone_ignores_options() {
+        let conf =
+            br#"{"name":"n","ipam":{"daemonsocketpath":"/x.sock","request":[{"option":"bad"}]}}"#;
+        assert_eq!(socket_path(conf).unwrap(), "/x.sock");
+        assert_eq!(socket_path(br#"{"ipam":{}}"#).unwrap(), DEFAULT_SOCKET_PATH);
+        assert!(matches!(
+            socket_path(br#"{}"#),
+            Err(ConfigError::MissingIpam)
+        ));
+        assert!(matches!(
+            socket_path(br#"{"ipam":{"daemonSocketPath":1}}"#),
+            Err(ConfigError::Decode(_))
+        ));
     }
 
     #[test]

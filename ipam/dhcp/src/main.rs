@@ -78,19 +78,19 @@ fn call_args(args: &CmdArgs) -> CallArgs {
     }
 }
 
-fn call(config: &DhcpConfig, method: &'static str, args: &CmdArgs) -> Result<Value, DhcpError> {
-    rpc::call(Path::new(&config.socket_path), method, &call_args(args))
+fn call(socket: &str, method: &'static str, args: &CmdArgs) -> Result<Value, DhcpError> {
+    rpc::call(Path::new(socket), method, &call_args(args))
         .map_err(|e| DhcpError::from_call(method, e))
 }
 
 /// A call to one of this daemon's own methods: `Ok(None)` when the daemon
 /// is the Go one, which does not have it.
 fn call_ours(
-    config: &DhcpConfig,
+    socket: &str,
     method: &'static str,
     args: &CmdArgs,
 ) -> Result<Option<Value>, DhcpError> {
-    match rpc::call(Path::new(&config.socket_path), method, &call_args(args)) {
+    match rpc::call(Path::new(socket), method, &call_args(args)) {
         Ok(value) => Ok(Some(value)),
         Err(e) if e.is_unknown_method() => {
             log::info!("the DHCP daemon has no {method} (the Go daemon): skipped");
@@ -113,7 +113,7 @@ impl Plugin for Dhcp {
 
     fn add(&self, args: &CmdArgs) -> Result<AnyResult, DhcpError> {
         let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        let reply = call(&config, rpc::METHOD_ALLOCATE, args)?;
+        let reply = call(&config.socket_path, rpc::METHOD_ALLOCATE, args)?;
         let leased = result_of(rpc::METHOD_ALLOCATE, &reply)?;
         log::info!(
             "DHCP lease of {}; routes: {} (from the daemon at {})",
@@ -125,15 +125,15 @@ impl Plugin for Dhcp {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), DhcpError> {
-        let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        call(&config, rpc::METHOD_RELEASE, args)?;
-        log::info!("DHCP lease released (daemon at {})", config.socket_path);
+        let socket = config::socket_path(&args.stdin_data)?;
+        call(&socket, rpc::METHOD_RELEASE, args)?;
+        log::info!("DHCP lease released (daemon at {socket})");
         Ok(())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), DhcpError> {
         let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        let Some(reply) = call_ours(&config, rpc::METHOD_CHECK, args)? else {
+        let Some(reply) = call_ours(&config.socket_path, rpc::METHOD_CHECK, args)? else {
             return Ok(());
         };
         let leased = result_of(rpc::METHOD_CHECK, &reply)?;
@@ -158,17 +158,13 @@ impl Plugin for Dhcp {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), DhcpError> {
-        let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        call_ours(&config, rpc::METHOD_GC, args).map(|_| ())
+        let socket = config::socket_path(&args.stdin_data)?;
+        call_ours(&socket, rpc::METHOD_GC, args).map(|_| ())
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), DhcpError> {
-        let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
-        match rpc::call(
-            Path::new(&config.socket_path),
-            rpc::METHOD_STATUS,
-            &call_args(args),
-        ) {
+        let socket = config::socket_path(&args.stdin_data)?;
+        match rpc::call(Path::new(&socket), rpc::METHOD_STATUS, &call_args(args)) {
             Ok(_) => Ok(()),
             // The Go daemon answered: it is there.
             Err(e) if e.is_unknown_method() => Ok(()),
@@ -178,10 +174,7 @@ impl Plugin for Dhcp {
                 | RpcError::Gob(_)
                 | RpcError::Protocol(_)
                 | RpcError::Remote(_)),
-            ) => Err(DhcpError::Unavailable {
-                socket: config.socket_path.clone(),
-                source,
-            }),
+            ) => Err(DhcpError::Unavailable { socket, source }),
         }
     }
 }

@@ -216,7 +216,12 @@ fn check_never_acquires_and_gc_releases_stale_attachments() {
         "GC released the stale lease"
     );
     assert!(lab.leased(FIRST_IP), "GC kept the valid one");
-    run(&ours(), "DEL", &one, "ctr-1", "eth0", &conf).assert_ok();
+    // DEL reads only the socket path: an option that no longer parses does
+    // not keep the lease from being released.
+    let mut changed = conf.clone();
+    changed["ipam"]["request"] = json!([{"option": "doNotparseMe"}]);
+    run(&ours(), "DEL", &one, "ctr-1", "eth0", &changed).assert_ok();
+    assert!(wait_for(Duration::from_secs(5), || !lab.leased(FIRST_IP)));
 }
 
 #[test]
@@ -433,4 +438,42 @@ fn socket_activation_serves_the_passed_socket() {
     let _ = child.wait();
     assert!(served, "the daemon answered on the passed socket");
     assert!(!unused.exists(), "and bound no socket of its own");
+}
+
+/// A stored lease found expired at start: the interface is set down (its
+/// address is no longer the container's) and the lease forgotten.
+#[test]
+fn expired_lease_sets_the_link_down() {
+    let mut lab = Lab::start("dh-x", "192.168.1.20", None);
+    let ct = lab.container("dh-xc", "eth0");
+    let state = lab.dir.path().join("state");
+    let mut daemon = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-x", "eth0", &conf).assert_ok();
+    daemon.stop();
+    let file = std::fs::read_dir(&state)
+        .expect("state dir")
+        .next()
+        .expect("one lease file")
+        .expect("entry")
+        .path();
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
+    let bound_at = record["bound_at"].as_u64().expect("bound_at");
+    record["bound_at"] = json!(bound_at - 3600);
+    std::fs::write(&file, serde_json::to_vec(&record).expect("json")).expect("write");
+    let up = |ns: &conformance::testnet::TestNetns| {
+        ns.ip_json(&["link", "show", "eth0"])[0]["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "UP"))
+    };
+    assert!(up(&ct));
+    let restarted = Daemon::ours(lab.dir.path(), &state, &[]);
+    assert!(
+        wait_for(Duration::from_secs(10), || !up(&ct)),
+        "eth0 set down: {}",
+        restarted.log_text()
+    );
+    assert!(wait_for(Duration::from_secs(5), || !file.exists()));
+    assert!(restarted.log_text().contains("expired"));
 }
