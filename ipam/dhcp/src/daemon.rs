@@ -752,6 +752,29 @@ mod tests {
     }
 
     #[test]
+    fn host_prefix_goes_before_namespace_paths() {
+        let flags = Flags {
+            host_prefix: "/host".into(),
+            ..Flags::default()
+        };
+        let daemon = Daemon::new(flags);
+        assert_eq!(
+            daemon.netns_path("/run/netns/a"),
+            PathBuf::from("/host/run/netns/a")
+        );
+        let record_identity = |prefix: &str| {
+            let mut record = crate::lease::tests_support::record();
+            record.netns = "/proc/1/ns/net".into();
+            record.identity(prefix).netns
+        };
+        assert_eq!(
+            record_identity("/host"),
+            PathBuf::from("/host/proc/1/ns/net")
+        );
+        assert_eq!(record_identity(""), PathBuf::from("/proc/1/ns/net"));
+    }
+
+    #[test]
     fn pidfile_must_be_absolute() {
         assert_eq!(
             write_pidfile("run/x.pid").unwrap_err(),

@@ -217,11 +217,33 @@ impl Store {
 }
 
 #[cfg(test)]
+pub mod tests_support {
+    use super::*;
+
+    /// A lease record as a test would have stored it.
+    pub fn record() -> LeaseRecord {
+        let identity = Identity {
+            netns: "/var/run/netns/x".into(),
+            ifname: "eth0".into(),
+            client_id: "c/n/eth0".into(),
+            sent: Vec::new(),
+            requested: vec![3, 1],
+        };
+        let who = Who {
+            container_id: "c".into(),
+            network: "n".into(),
+            netns: "/var/run/netns/x".into(),
+        };
+        LeaseRecord::new(&identity, &who, &super::tests::ack(), 0, 1000)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use dhcproto::v4::{DhcpOption, Message};
 
-    fn ack() -> Ack {
+    pub(super) fn ack() -> Ack {
         let mut message = Message::default();
         message
             .opts_mut()
@@ -240,19 +262,7 @@ mod tests {
 
     #[test]
     fn result_and_times() {
-        let identity = Identity {
-            netns: "/var/run/netns/x".into(),
-            ifname: "eth0".into(),
-            client_id: "c/n/eth0".into(),
-            sent: Vec::new(),
-            requested: vec![3, 1],
-        };
-        let who = Who {
-            container_id: "c".into(),
-            network: "n".into(),
-            netns: "/var/run/netns/x".into(),
-        };
-        let record = LeaseRecord::new(&identity, &who, &ack(), 0, 1000);
+        let record = super::tests_support::record();
         assert_eq!(record.result.ips[0].address.to_string(), "192.168.1.5/24");
         assert_eq!(
             record.result.ips[0].gateway,

@@ -114,7 +114,16 @@ impl Plugin for Dhcp {
     fn add(&self, args: &CmdArgs) -> Result<AnyResult, DhcpError> {
         let config = DhcpConfig::load(&args.stdin_data, &args.args)?;
         let reply = call(&config.socket_path, rpc::METHOD_ALLOCATE, args)?;
-        let leased = result_of(rpc::METHOD_ALLOCATE, &reply)?;
+        let leased = match result_of(rpc::METHOD_ALLOCATE, &reply) {
+            Ok(leased) => leased,
+            Err(e) => {
+                // A lease this ADD cannot hand out is not left behind.
+                if let Err(release) = call(&config.socket_path, rpc::METHOD_RELEASE, args) {
+                    log::warn!("releasing the unusable lease failed: {release}");
+                }
+                return Err(e);
+            }
+        };
         log::info!(
             "DHCP lease of {}; routes: {} (from the daemon at {})",
             libcni::logging::joined(leased.ips.iter().map(|ip| ip.address)),
