@@ -13,7 +13,8 @@
 //!
 //! Each lease has a maintenance thread: bound until T1, then renewing
 //! (unicast, retried) until T2, then rebinding (broadcast) until expiry,
-//! when the interface is set down and the lease dropped. It stops, keeping
+//! when the interface is set down and the lease dropped (as at once when
+//! the server answers a renewal with DHCPNAK). It stops, keeping
 //! nothing, when the namespace or interface is gone.
 //!
 //! Differences from the reference: leases persist (a restarted daemon
@@ -37,7 +38,7 @@ use std::time::Duration;
 use libcni::plugin_conf::PluginConf;
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::client::{self, Extend, Identity, Timing};
+use crate::client::{self, ClientError, Extend, Identity, Timing};
 use crate::config::{DhcpConfig, DEFAULT_SOCKET_PATH};
 use crate::gob::{Type, Value};
 use crate::lease::{self, LeaseRecord, Store, Who, DEFAULT_STATE_DIR};
@@ -383,6 +384,19 @@ impl Daemon {
                             ack.ip,
                             record.ip
                         );
+                    }
+                    Err(ClientError::Nak) => {
+                        // RFC 2131 4.4.5: a NAK ends the lease at once.
+                        log::warn!(
+                            "{}: server refused to extend {} (DHCPNAK)",
+                            record.client_id,
+                            record.ip
+                        );
+                        if let Err(e) = client::set_link_down(&identity.netns, &identity.ifname) {
+                            log::warn!("{}: {e}", record.client_id);
+                        }
+                        self.forget(active);
+                        return;
                     }
                     Err(e) => log::warn!("{}: {how:?} failed: {e}", record.client_id),
                 }

@@ -477,3 +477,42 @@ fn expired_lease_sets_the_link_down() {
     assert!(wait_for(Duration::from_secs(5), || !file.exists()));
     assert!(restarted.log_text().contains("expired"));
 }
+
+/// A renewal answered with DHCPNAK ends the lease at once: dnsmasq comes
+/// back authoritative for another range, refuses 192.168.1.5, and the
+/// daemon sets the interface down and forgets the lease.
+#[test]
+fn nak_on_renewal_ends_the_lease() {
+    let mut lab = Lab::start("dh-k2", "192.168.1.20", Some(3));
+    let ct = lab.container("dh-k2c", "eth0");
+    let state = lab.dir.path().join("state");
+    let daemon = Daemon::ours(lab.dir.path(), &state, &[]);
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-k2", "eth0", &conf).assert_ok();
+    lab.restart_server(
+        "192.168.1.60",
+        "192.168.1.50",
+        &[
+            "--dhcp-authoritative".to_string(),
+            "--dhcp-option=option:T1,3".to_string(),
+        ],
+    );
+    let up = || {
+        ct.ip_json(&["link", "show", "eth0"])[0]["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "UP"))
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || !up()),
+        "eth0 set down after the NAK: {}\n{}",
+        daemon.log_text(),
+        lab.log()
+    );
+    assert!(lab.log().contains("DHCPNAK"));
+    assert!(daemon.log_text().contains("DHCPNAK"));
+    assert!(wait_for(Duration::from_secs(5), || std::fs::read_dir(
+        &state
+    )
+    .map(|d| d.count() == 0)
+    .unwrap_or(false)));
+}

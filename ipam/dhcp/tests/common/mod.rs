@@ -66,49 +66,37 @@ impl Lab {
         host.ip(&["addr", "add", "192.168.1.1/24", "dev", "dhcpbr0"]);
         host.ip(&["link", "set", "dhcpbr0", "up"]);
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut args = vec![
-            "netns".to_string(),
-            "exec".to_string(),
-            host.name().to_string(),
-            DNSMASQ.to_string(),
-            "--no-daemon".into(),
-            "--port=0".into(),
-            "--conf-file=-".into(),
-            "--interface=dhcpbr0".into(),
-            "--bind-interfaces".into(),
-            "--dhcp-sequential-ip".into(),
-            "--user=root".into(),
-            "--pid-file=".into(),
-            "--log-dhcp".into(),
-            format!("--dhcp-range={FIRST_IP},{last},255.255.255.0,2m"),
-            format!("--dhcp-leasefile={}", dir.path().join("leases").display()),
-            format!(
-                "--log-facility={}",
-                dir.path().join("dnsmasq.log").display()
-            ),
-        ];
-        args.extend(extra.iter().cloned());
-        let dnsmasq = Command::new("ip")
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot start dnsmasq (package dnsmasq-base)");
+        let dnsmasq = spawn_dnsmasq(&host, dir.path(), last, extra);
         let lab = Lab {
             host,
             dir,
             dnsmasq,
             ports: 0,
         };
-        assert!(
-            wait_for(Duration::from_secs(10), || lab
-                .log()
-                .contains("DHCP, sockets bound")),
-            "dnsmasq did not start: {}",
-            lab.log()
-        );
+        lab.wait_started(1);
         lab
+    }
+
+    /// Stops dnsmasq and starts it again with another range (and more
+    /// arguments), keeping its lease file and log.
+    pub fn restart_server(&mut self, last: &str, first: &str, extra: &[String]) {
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+        let started = self.count("DHCP, sockets bound");
+        let mut args = extra.to_vec();
+        args.push(format!("--dhcp-range={first},{last},255.255.255.0,2m"));
+        self.dnsmasq = spawn_dnsmasq(&self.host, self.dir.path(), "", &args);
+        self.wait_started(started + 1);
+    }
+
+    fn wait_started(&self, times: usize) {
+        assert!(
+            wait_for(Duration::from_secs(10), || self
+                .count("DHCP, sockets bound")
+                >= times),
+            "dnsmasq did not start: {}",
+            self.log()
+        );
     }
 
     /// A container namespace whose `ifname` is a port of the lab's bridge.
@@ -303,4 +291,37 @@ pub fn address_of(result: &Value) -> String {
         .or_else(|| result["ip4"]["ip"].as_str())
         .unwrap_or_else(|| panic!("no address in {result}"))
         .to_string()
+}
+
+/// dnsmasq on the lab's bridge; `last` ends the default range from .5
+/// (none when empty: `extra` then has its own `--dhcp-range`).
+fn spawn_dnsmasq(host: &TestNetns, dir: &Path, last: &str, extra: &[String]) -> Child {
+    let mut args = vec![
+        "netns".to_string(),
+        "exec".to_string(),
+        host.name().to_string(),
+        DNSMASQ.to_string(),
+        "--no-daemon".into(),
+        "--port=0".into(),
+        "--conf-file=-".into(),
+        "--interface=dhcpbr0".into(),
+        "--bind-interfaces".into(),
+        "--dhcp-sequential-ip".into(),
+        "--user=root".into(),
+        "--pid-file=".into(),
+        "--log-dhcp".into(),
+        format!("--dhcp-leasefile={}", dir.join("leases").display()),
+        format!("--log-facility={}", dir.join("dnsmasq.log").display()),
+    ];
+    if !last.is_empty() {
+        args.push(format!("--dhcp-range={FIRST_IP},{last},255.255.255.0,2m"));
+    }
+    args.extend(extra.iter().cloned());
+    Command::new("ip")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start dnsmasq (package dnsmasq-base)")
 }
