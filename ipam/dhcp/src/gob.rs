@@ -370,7 +370,10 @@ impl<R: Read> Decoder<R> {
             let mut reader = Reader { data: &message };
             let id = reader.int()?;
             if id < 0 {
-                self.define(-id, &mut reader)?;
+                let Some(defined) = id.checked_neg() else {
+                    return malformed("type id out of range");
+                };
+                self.define(defined, &mut reader)?;
                 continue;
             }
             let is_struct = matches!(self.types.get(&id), Some(WireType::Struct { .. }));
@@ -760,6 +763,25 @@ mod tests {
         assert!(decoder.next_value().unwrap().is_none());
     }
 
+    /// Every byte of a real stream replaced by several values: decoding
+    /// ends in values or errors, never a panic or a hang.
+    #[test]
+    fn mangled_go_stream_never_panics() {
+        for at in 0..GO_STREAM.len() {
+            for value in [0u8, 1, 0x7f, 0x80, 0xf8, 0xfe, 0xff] {
+                let mut mangled = GO_STREAM.to_vec();
+                mangled[at] = value;
+                let mut decoder = Decoder::new(&mangled[..]);
+                for _ in 0..4 {
+                    match decoder.next_value() {
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn round_trip_and_types_sent_once() {
         let value = Value::Struct(vec![
@@ -810,6 +832,8 @@ mod tests {
             vec![5, 0x81, 0xFF, 0xFF, 0xFF, 0xFF],
             vec![4, 0x0c, 0, 0x7F, b'x'],
             vec![1],
+            // The type id i64::MIN, which has no positive counterpart.
+            vec![9, 0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
         ];
         for case in cases {
             let mut decoder = Decoder::new(&case[..]);
