@@ -27,6 +27,13 @@ use crate::{CriClient, Error};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a SIGTERMed process may take before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The snapshotter, as on a real node. Not `native`: in containerd 1.6 a
+/// SIGKILL between its rename of a new snapshot folder and the metadata
+/// commit leaves a folder under an ID the database hands out again, and
+/// every later snapshot (so every RunPodSandbox) fails with "file exists".
+/// overlayfs removes such orphans (its Cleanup) when the restarted
+/// containerd's garbage collector first runs.
+const SNAPSHOTTER: &str = "overlayfs";
 /// A PATH with Debian's runc (/usr/sbin) and the runc shim (/usr/bin).
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -68,8 +75,8 @@ impl ContainerdConfig {
 
     /// The containerd config (version 2, as 1.6 reads it): the CRI plugin
     /// with our plugin folder and the test's conflist folder, runc through
-    /// the v2 shim, the native snapshotter (works on any filesystem the
-    /// test folder is on), network namespaces pinned under the state dir.
+    /// the v2 shim, the overlayfs snapshotter (see [`SNAPSHOTTER`]),
+    /// network namespaces pinned under the state dir.
     pub fn toml(&self) -> String {
         let d = |p: &Path| toml_string(&p.display().to_string());
         let work = &self.work_dir;
@@ -105,7 +112,7 @@ disabled_plugins = [
   restrict_oom_score_adj = true
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
+    snapshotter = {snapshotter}
     default_runtime_name = "runc"
 
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -125,6 +132,7 @@ disabled_plugins = [
             socket = d(&self.socket()),
             opt = d(&work.join("opt")),
             image = toml_string(&self.sandbox_image),
+            snapshotter = toml_string(SNAPSHOTTER),
             runc_root = d(&work.join("runc")),
             bin_dir = d(&self.plugin_dir),
             conf_dir = d(&self.conf_dir),
@@ -191,14 +199,14 @@ impl Containerd {
     }
 
     /// `ctr images import` of an OCI archive into the CRI's namespace
-    /// (`k8s.io`), unpacked for the native snapshotter.
+    /// (`k8s.io`), unpacked for the CRI's snapshotter.
     pub fn import_image(&self, archive: &Path) -> Result<(), Error> {
         let socket = self.socket();
         let out = Command::new("ctr")
             .arg("--address")
             .arg(&socket)
             .args(["--namespace", "k8s.io", "images", "import"])
-            .args(["--snapshotter", "native", "--platform", "linux/amd64"])
+            .args(["--snapshotter", SNAPSHOTTER, "--platform", "linux/amd64"])
             .arg(archive)
             .stdin(Stdio::null())
             .output()

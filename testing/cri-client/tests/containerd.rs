@@ -17,7 +17,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -325,29 +325,88 @@ impl CriNode {
     }
 }
 
+/// What a SIGKILLed containerd 1.6 left running after every sandbox was
+/// removed.
+struct Orphans {
+    shims: usize,
+    /// Sandbox processes under those shims (each holding a pod network
+    /// namespace that must hold nothing of ours but `lo`).
+    sandbox_processes: usize,
+}
+
 impl CriNode {
     /// Stops containerd by PID (SIGTERM) once the shims have gone with
     /// their sandboxes, and asserts that it exited cleanly.
-    fn stop_cleanly(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+    ///
+    /// With `orphans_expected` (after a SIGKILL), shims may stay: containerd
+    /// 1.6 starts a sandbox's shim and task before it records them, so a
+    /// RunPodSandbox cut short can leave a shim, and sometimes its sandbox
+    /// process, that the restarted containerd neither lists nor stops (the
+    /// sandbox record itself is listed and removed cleanly). They are
+    /// counted, their network namespaces must hold no interface but `lo`
+    /// (our DEL removed the pod's), and the harness ends them by PID.
+    fn stop_cleanly(&mut self, orphans_expected: bool) -> Orphans {
+        // Shims exit within a second of their sandbox's removal; orphans
+        // never do, so with orphans expected the wait is short.
+        let wait = if orphans_expected { 3 } else { 10 };
+        let deadline = Instant::now() + Duration::from_secs(wait);
+        let orphans = loop {
             let shims = self.containerd.shims();
-            if shims.is_empty() {
-                break;
+            if shims.is_empty() || (orphans_expected && Instant::now() >= deadline) {
+                break self.check_orphans(&shims);
             }
             assert!(
                 Instant::now() < deadline,
                 "shims still running after every sandbox was removed: {shims:?}"
             );
             std::thread::sleep(Duration::from_millis(100));
-        }
+        };
         let status = self.containerd.stop().expect("stop containerd");
         assert!(
             status.is_some_and(|s| s.success()),
             "containerd's exit on SIGTERM: {status:?}; its log:\n{}",
             self.containerd.log()
         );
+        orphans
     }
+
+    fn check_orphans(&self, shims: &[i32]) -> Orphans {
+        let mut orphans = Orphans {
+            shims: shims.len(),
+            sandbox_processes: 0,
+        };
+        for &shim in shims {
+            for child in children(shim) {
+                orphans.sandbox_processes += 1;
+                let out = Command::new("nsenter")
+                    .arg(format!("--net=/proc/{child}/ns/net"))
+                    .args(["ip", "-j", "link", "show"])
+                    .output()
+                    .expect("nsenter ip link show");
+                let links: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                let names: Vec<&str> = links
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|l| l["ifname"].as_str()).collect())
+                    .unwrap_or_default();
+                assert_eq!(
+                    names,
+                    ["lo"],
+                    "orphaned sandbox process {child} (shim {shim}) still has a pod network"
+                );
+            }
+        }
+        orphans
+    }
+}
+
+/// The child processes of a process.
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 /// Whether a rule line names an address or ID as a whole word (so that
@@ -543,10 +602,15 @@ fn containerd_runs_a_pod_on_our_plugins() {
 
     // Reachable on its IP, and on its host port through portmap's DNAT.
     assert!(node.netns.ping(&ip), "ping {ip} from the host namespace");
-    assert_eq!(
-        node.http_get(&ip, POD_HTTP_PORT).as_deref(),
-        Ok("cnitest pod\n")
-    );
+    // The sandbox is ready once its process started; httpd may take a
+    // moment more to listen (kubelet would wait for a readiness probe).
+    let listening = Instant::now() + Duration::from_secs(10);
+    let mut body = node.http_get(&ip, POD_HTTP_PORT);
+    while body.is_err() && Instant::now() < listening {
+        std::thread::sleep(Duration::from_millis(100));
+        body = node.http_get(&ip, POD_HTTP_PORT);
+    }
+    assert_eq!(body.as_deref(), Ok("cnitest pod\n"));
     assert_eq!(
         node.http_get(&node.gateway, host_port).as_deref(),
         Ok("cnitest pod\n"),
@@ -632,7 +696,7 @@ fn containerd_runs_a_pod_on_our_plugins() {
     assert_eq!(ids.len(), 2, "a second sandbox reached our bridge");
     assert!(ids.contains(&kept[0].id));
     node.assert_nothing_left(&ids, &BTreeSet::new());
-    node.stop_cleanly();
+    node.stop_cleanly(false);
     eprintln!("single pod: {:.1} s", started.elapsed().as_secs_f64());
 }
 
@@ -647,6 +711,9 @@ struct ChurnRecord {
     /// Sandboxes of an interrupted RunPodSandbox, found by label and
     /// removed before the next attempt.
     stale: usize,
+    /// RunPodSandbox failures of containerd's own after the restart,
+    /// retried.
+    containerd_errors: Vec<String>,
 }
 
 /// 50 pods created and removed by 4 workers; containerd is SIGKILLed and
@@ -668,10 +735,12 @@ fn containerd_churn_survives_a_restart() {
 
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
+    let killed = Arc::new(AtomicBool::new(false));
     let record = Arc::new(Mutex::new(ChurnRecord::default()));
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
             let (next, done, record) = (next.clone(), done.clone(), record.clone());
+            let killed = killed.clone();
             let (socket, netns_name) = (socket.clone(), netns_name.clone());
             std::thread::spawn(move || {
                 let mut client = reconnect(&socket);
@@ -680,7 +749,7 @@ fn containerd_churn_survives_a_restart() {
                     if n >= PODS {
                         break;
                     }
-                    let outcome = pod_life(&mut client, &socket, &netns_name, n);
+                    let outcome = pod_life(&mut client, &socket, &netns_name, &killed, n);
                     let mut r = record.lock().unwrap_or_else(|p| p.into_inner());
                     match outcome {
                         Ok(life) => {
@@ -688,6 +757,7 @@ fn containerd_churn_survives_a_restart() {
                             r.ips.insert(life.ip);
                             r.retried.extend(life.retried);
                             r.stale += life.stale;
+                            r.containerd_errors.extend(life.containerd_errors);
                         }
                         Err(e) => r.failures.push(format!("pod {n}: {e}")),
                     }
@@ -702,6 +772,7 @@ fn containerd_churn_survives_a_restart() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let killed_at = done.load(Ordering::SeqCst);
+    killed.store(true, Ordering::SeqCst);
     node.containerd.kill().expect("SIGKILL containerd");
     std::thread::sleep(Duration::from_millis(500));
     node.containerd
@@ -725,6 +796,10 @@ fn containerd_churn_survives_a_restart() {
     assert!(
         !record.retried.is_empty(),
         "no CRI call met the killed containerd: the kill missed the churn"
+    );
+    eprintln!(
+        "RunPodSandbox failures of containerd's own after the restart, retried: {:#?}",
+        record.containerd_errors
     );
     assert!(
         record.failures.is_empty(),
@@ -764,7 +839,11 @@ fn containerd_churn_survives_a_restart() {
         }
     }
     node.assert_nothing_left(&ids, &record.ips);
-    node.stop_cleanly();
+    let orphans = node.stop_cleanly(true);
+    eprintln!(
+        "left running by the killed containerd: {} shims, {} sandbox processes",
+        orphans.shims, orphans.sandbox_processes
+    );
     eprintln!("churn test: {:.1} s", started.elapsed().as_secs_f64());
 }
 
@@ -773,6 +852,7 @@ struct PodLife {
     ip: String,
     retried: Vec<&'static str>,
     stale: usize,
+    containerd_errors: Vec<String>,
 }
 
 /// Run, check, stop and remove pod `n`, riding out a containerd restart:
@@ -783,6 +863,7 @@ fn pod_life(
     client: &mut CriClient,
     socket: &Path,
     netns_name: &str,
+    killed: &AtomicBool,
     n: usize,
 ) -> Result<PodLife, String> {
     let name = format!("churn-{n}");
@@ -792,6 +873,7 @@ fn pod_life(
         ip: String::new(),
         retried: Vec::new(),
         stale: 0,
+        containerd_errors: Vec::new(),
     };
     let mut attempt = 0;
     let id = loop {
@@ -800,24 +882,41 @@ fn pod_life(
             Err(e) if e.is_unavailable() => {
                 life.retried.push("RunPodSandbox");
                 *client = reconnect(socket);
-                let labels = HashMap::from([("cnitest.pod".to_string(), name.clone())]);
-                let stale = client
-                    .list_pod_sandboxes(labels)
-                    .map_err(|e| format!("ListPodSandbox after a restart: {e}"))?;
-                for sandbox in stale {
-                    life.stale += 1;
-                    life.ids.push(sandbox.id.clone());
-                    retry(client, socket, &mut life.retried, "StopPodSandbox", |c| {
-                        c.stop_pod_sandbox(&sandbox.id)
-                    })?;
-                    retry(client, socket, &mut life.retried, "RemovePodSandbox", |c| {
-                        c.remove_pod_sandbox(&sandbox.id)
-                    })?;
-                }
-                attempt += 1;
+            }
+            // A restarted containerd 1.6 can fail a first RunPodSandbox in
+            // its own storage: a SIGKILL between the snapshotter's rename of
+            // a new snapshot folder and its metadata commit leaves the
+            // folder under an ID handed out again ("file exists") until the
+            // garbage collector's Cleanup removes it. kubelet retries a
+            // failed sandbox; so does the worker, a few times, for errors
+            // that are not the network's (ours are always failures).
+            Err(e)
+                if killed.load(Ordering::SeqCst)
+                    && !is_network_error(&e)
+                    && life.containerd_errors.len() < 5 =>
+            {
+                life.containerd_errors.push(e.to_string());
+                std::thread::sleep(Duration::from_millis(500));
             }
             Err(e) => return Err(format!("RunPodSandbox: {e}")),
         }
+        // What the cut-short attempt left, found by the pod's label and
+        // removed before the next attempt, as kubelet's cleanup does.
+        let labels = HashMap::from([("cnitest.pod".to_string(), name.clone())]);
+        let stale = retry(client, socket, &mut life.retried, "ListPodSandbox", |c| {
+            c.list_pod_sandboxes(labels.clone())
+        })?;
+        for sandbox in stale {
+            life.stale += 1;
+            life.ids.push(sandbox.id.clone());
+            retry(client, socket, &mut life.retried, "StopPodSandbox", |c| {
+                c.stop_pod_sandbox(&sandbox.id)
+            })?;
+            retry(client, socket, &mut life.retried, "RemovePodSandbox", |c| {
+                c.remove_pod_sandbox(&sandbox.id)
+            })?;
+        }
+        attempt += 1;
     };
     life.ids.push(id.clone());
     let status = retry(client, socket, &mut life.retried, "PodSandboxStatus", |c| {
@@ -845,6 +944,12 @@ fn pod_life(
         c.remove_pod_sandbox(&id)
     })?;
     Ok(life)
+}
+
+/// Whether a CRI error is the pod network's (a CNI plugin's failure).
+fn is_network_error(error: &cri_client::Error) -> bool {
+    let text = error.to_string();
+    text.contains("network") || text.contains("plugin type=") || text.contains("cni")
 }
 
 /// A call retried across a containerd restart (Stop, Remove and Status
