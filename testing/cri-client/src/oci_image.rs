@@ -148,3 +148,87 @@ fn sha256(data: &[u8]) -> String {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Read;
+
+    use super::*;
+
+    /// Reads the archive back: every blob is stored under its digest, and
+    /// the index leads to a manifest whose config and layer are there.
+    #[test]
+    fn archive_is_a_content_addressed_image_layout() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fake_busybox = dir.path().join("busybox");
+        std::fs::write(&fake_busybox, b"\x7fELF not really").expect("write");
+        let archive = dir.path().join("image.tar");
+        let image = SandboxImage {
+            reference: "cnitest.local/sandbox:test",
+            busybox: &fake_busybox,
+            http_port: 8080,
+            index_html: "hello\n",
+        };
+        write_archive(&image, &archive).expect("write archive");
+
+        let mut files = BTreeMap::new();
+        let mut tar = tar::Archive::new(std::fs::File::open(&archive).expect("open"));
+        for entry in tar.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let path = entry.path().expect("path").display().to_string();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).expect("read");
+            files.insert(path, data);
+        }
+        for (path, data) in &files {
+            if let Some(hex) = path.strip_prefix("blobs/sha256/") {
+                assert_eq!(sha256(data), format!("sha256:{hex}"), "{path}");
+            }
+        }
+        let blob = |digest: &serde_json::Value| {
+            let hex = digest
+                .as_str()
+                .expect("digest")
+                .trim_start_matches("sha256:");
+            files
+                .get(&format!("blobs/sha256/{hex}"))
+                .unwrap_or_else(|| panic!("no blob {digest}"))
+        };
+        let json =
+            |data: &[u8]| -> serde_json::Value { serde_json::from_slice(data).expect("json") };
+        assert!(files.contains_key("oci-layout"));
+        let index = json(&files["index.json"]);
+        let descriptor = &index["manifests"][0];
+        assert_eq!(
+            descriptor["annotations"]["io.containerd.image.name"],
+            "cnitest.local/sandbox:test"
+        );
+        let manifest = json(blob(&descriptor["digest"]));
+        let config = json(blob(&manifest["config"]["digest"]));
+        assert_eq!(
+            config["config"]["Entrypoint"],
+            json!(["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"])
+        );
+        let layer_digest = &manifest["layers"][0]["digest"];
+        assert_eq!(&config["rootfs"]["diff_ids"][0], layer_digest);
+
+        let mut layer = tar::Archive::new(&blob(layer_digest)[..]);
+        let mut names = Vec::new();
+        for entry in layer.entries().expect("layer entries") {
+            let mut entry = entry.expect("layer entry");
+            let name = entry.path().expect("path").display().to_string();
+            if name == "www/index.html" {
+                let mut body = String::new();
+                entry.read_to_string(&mut body).expect("read");
+                assert_eq!(body, "hello\n");
+            }
+            if name == "bin/busybox" {
+                assert_eq!(entry.header().mode().expect("mode"), 0o755);
+            }
+            names.push(name);
+        }
+        assert!(names.contains(&"bin/busybox".to_string()), "{names:?}");
+        assert!(names.contains(&"www/index.html".to_string()), "{names:?}");
+    }
+}
