@@ -13,6 +13,7 @@
 //!   programs ([`iptables`]), sysctls ([`sysctl`]) and the one IP family
 //!   type ([`IpFamily`]).
 
+pub mod arena_alloc;
 pub mod args;
 pub mod cache;
 pub mod conf;

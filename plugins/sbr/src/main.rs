@@ -215,3 +215,8 @@ impl Plugin for Sbr {
 fn main() {
     skel::plugin_main(Sbr)
 }
+
+// A call allocates little and exits; the arena spares it the system
+// allocator's page mapping and unmapping (libcni::arena_alloc says how much).
+#[global_allocator]
+static ALLOCATOR: libcni::arena_alloc::ArenaAlloc = libcni::arena_alloc::ArenaAlloc::new();

@@ -57,3 +57,8 @@ impl Plugin for Tuning {
 fn main() {
     skel::plugin_main(Tuning)
 }
+
+// A call allocates little and exits; the arena spares it the system
+// allocator's page mapping and unmapping (libcni::arena_alloc says how much).
+#[global_allocator]
+static ALLOCATOR: libcni::arena_alloc::ArenaAlloc = libcni::arena_alloc::ArenaAlloc::new();
