@@ -88,6 +88,9 @@ pub struct Ack {
     pub lease_secs: u32,
     pub renew_secs: u32,
     pub rebind_secs: u32,
+    /// Unix time the acknowledged request was sent: the lease's times
+    /// count from it (RFC 2131 4.4.1), not from when acquisition began.
+    pub requested_at: u64,
     pub message: Message,
 }
 
@@ -169,7 +172,7 @@ fn server_of(msg: &Message) -> Ipv4Addr {
     }
 }
 
-fn to_ack(message: Message, server_mac: [u8; 6]) -> Result<Ack, ClientError> {
+fn to_ack(message: Message, server_mac: [u8; 6], requested_at: u64) -> Result<Ack, ClientError> {
     if message.opts().msg_type() == Some(MessageType::Nak) {
         return Err(ClientError::Nak);
     }
@@ -194,6 +197,7 @@ fn to_ack(message: Message, server_mac: [u8; 6]) -> Result<Ack, ClientError> {
         lease_secs,
         renew_secs,
         rebind_secs,
+        requested_at,
         message,
     })
 }
@@ -238,6 +242,7 @@ fn exchange(
     request
         .opts_mut()
         .insert(DhcpOption::ServerIdentifier(server));
+    let requested_at = crate::lease::unix_now();
     socket
         .send(
             &request,
@@ -253,7 +258,7 @@ fn exchange(
         )
         .map_err(socket_error)?
         .ok_or(ClientError::Timeout(timeout))?;
-    to_ack(ack.message, ack.source_mac)
+    to_ack(ack.message, ack.source_mac, requested_at)
 }
 
 /// A transaction id; not secret, only distinct between clients.
@@ -364,6 +369,7 @@ pub fn extend(
                 .insert(DhcpOption::RequestedIpAddress(lease.ip));
             (Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, BROADCAST_MAC)
         };
+        let requested_at = crate::lease::unix_now();
         socket
             .send(&request, source, destination, mac)
             .map_err(socket_error)?;
@@ -374,7 +380,7 @@ pub fn extend(
             )
             .map_err(socket_error)?
             .ok_or(ClientError::Timeout(timeout))?;
-        to_ack(reply.message, reply.source_mac)
+        to_ack(reply.message, reply.source_mac, requested_at)
     })?
 }
 

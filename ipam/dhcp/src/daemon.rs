@@ -359,11 +359,10 @@ impl Daemon {
                 } else {
                     Extend::Rebind
                 };
-                let sent_at = lease::unix_now();
                 match client::extend(&identity, &record.as_ack(), how, timeout) {
                     Ok(ack) if ack.ip == record.ip => {
                         let mut updated = lock(&active.record);
-                        updated.rebound(&ack, sent_at);
+                        updated.rebound(&ack);
                         if let Err(e) = self.store.save(&updated) {
                             log::error!("{}: cannot save lease: {e}", updated.client_id);
                         }
@@ -460,9 +459,8 @@ impl Daemon {
             sent: config.sent.clone(),
             requested: config.requested.clone(),
         };
-        let bound_at = lease::unix_now();
         let ack = client::acquire(&identity, self.flags.timing).map_err(|e| e.to_string())?;
-        let record = LeaseRecord::new(&identity, &who, &ack, config.priority, bound_at);
+        let record = LeaseRecord::new(&identity, &who, &ack, config.priority);
         log::info!(
             "{client_id}: leased {}/{} for {} s",
             ack.ip,

@@ -55,13 +55,7 @@ pub fn unix_now() -> u64 {
 
 impl LeaseRecord {
     /// The record of a new lease; `priority` is the routes' metric.
-    pub fn new(
-        identity: &Identity,
-        who: &Who,
-        ack: &Ack,
-        priority: u32,
-        bound_at: u64,
-    ) -> LeaseRecord {
+    pub fn new(identity: &Identity, who: &Who, ack: &Ack, priority: u32) -> LeaseRecord {
         let mut record = LeaseRecord {
             client_id: identity.client_id.clone(),
             container_id: who.container_id.clone(),
@@ -77,22 +71,22 @@ impl LeaseRecord {
             lease_secs: 0,
             renew_secs: 0,
             rebind_secs: 0,
-            bound_at,
+            bound_at: ack.requested_at,
             result: v100::Result::new(),
         };
         record.result = result_of(ack, priority);
-        record.rebound(ack, bound_at);
+        record.rebound(ack);
         record
     }
 
     /// Takes the times of a new acknowledgement (renewal or rebinding).
-    pub fn rebound(&mut self, ack: &Ack, bound_at: u64) {
+    pub fn rebound(&mut self, ack: &Ack) {
         self.server = ack.server;
         self.server_mac = ack.server_mac;
         self.lease_secs = ack.lease_secs;
         self.renew_secs = ack.renew_secs.min(ack.lease_secs);
         self.rebind_secs = ack.rebind_secs.clamp(self.renew_secs, ack.lease_secs);
-        self.bound_at = bound_at;
+        self.bound_at = ack.requested_at;
     }
 
     pub fn renew_at(&self) -> u64 {
@@ -117,6 +111,7 @@ impl LeaseRecord {
             lease_secs: self.lease_secs,
             renew_secs: self.renew_secs,
             rebind_secs: self.rebind_secs,
+            requested_at: self.bound_at,
             message: dhcproto::v4::Message::default(),
         }
     }
@@ -234,7 +229,7 @@ pub mod tests_support {
             network: "n".into(),
             netns: "/var/run/netns/x".into(),
         };
-        LeaseRecord::new(&identity, &who, &super::tests::ack(), 0, 1000)
+        LeaseRecord::new(&identity, &who, &super::tests::ack(), 0)
     }
 }
 
@@ -256,6 +251,7 @@ mod tests {
             lease_secs: 120,
             renew_secs: 60,
             rebind_secs: 105,
+            requested_at: 1000,
             message,
         }
     }

@@ -73,6 +73,17 @@ fn renewal_reaches_the_server() {
     let daemon = Daemon::ours(lab.dir.path(), &lab.dir.path().join("state"), &[]);
     let conf = conf("1.0.0", &daemon.socket);
     run(&ours(), "ADD", &ct, "ctr-r", "eth0", &conf).assert_ok();
+    // Applied as the calling plugin would: renewals then go unicast
+    // (RENEWING) from it; without it they are broadcast (see the restart
+    // test, where nothing applies the address).
+    ct.ip(&["addr", "add", "192.168.1.5/24", "dev", "eth0"]);
+    // dnsmasq pinged 192.168.1.5 before offering it, when nothing answered:
+    // the host's neighbour entry for it is FAILED, and the first unicast
+    // ACK to it would be lost. Traffic to the container, as there is once
+    // it runs, resolves it.
+    assert!(wait_for(Duration::from_secs(10), || lab
+        .host
+        .ping(FIRST_IP)));
     let first_expiry = lab.expiry_of(FIRST_IP).expect("leased");
     let acks = lab.count("DHCPACK(dhcpbr0) 192.168.1.5");
     assert!(
@@ -515,4 +526,50 @@ fn nak_on_renewal_ends_the_lease() {
     )
     .map(|d| d.count() == 0)
     .unwrap_or(false)));
+}
+
+/// The address applied (as the calling plugin does), renewals go unicast
+/// to the server that gave the lease. That server's address moves away
+/// (dnsmasq back on 192.168.1.2), so they fail; past T2 the daemon
+/// rebinds by broadcast and the server, under its new address, extends
+/// the lease.
+#[test]
+fn rebinding_after_failed_renewals() {
+    let times = [
+        "--dhcp-option=option:T1,4".to_string(),
+        "--dhcp-option=option:T2,9".to_string(),
+    ];
+    let mut lab = Lab::start_with("dh-b", "192.168.1.20", &times);
+    let ct = lab.container("dh-bc", "eth0");
+    let daemon = Daemon::ours(
+        lab.dir.path(),
+        &lab.dir.path().join("state"),
+        &["-timeout", "1s"],
+    );
+    let conf = conf("1.0.0", &daemon.socket);
+    run(&ours(), "ADD", &ct, "ctr-b", "eth0", &conf).assert_ok();
+    ct.ip(&["addr", "add", "192.168.1.5/24", "dev", "eth0"]);
+    // As in the renewal test: the neighbour entry dnsmasq's ping left FAILED.
+    assert!(wait_for(Duration::from_secs(10), || lab
+        .host
+        .ping(FIRST_IP)));
+    lab.stop_server();
+    lab.host
+        .ip(&["addr", "del", "192.168.1.1/24", "dev", "dhcpbr0"]);
+    lab.host
+        .ip(&["addr", "add", "192.168.1.2/24", "dev", "dhcpbr0"]);
+    lab.restart_server("192.168.1.20", FIRST_IP, &times);
+    assert!(
+        wait_for(Duration::from_secs(40), || daemon
+            .log_text()
+            .contains("extended (Rebind)")),
+        "rebound: {}\n{}",
+        daemon.log_text(),
+        lab.log()
+    );
+    let log = daemon.log_text();
+    assert!(log.contains("Renew failed"), "{log}");
+    assert!(!log.contains("extended (Renew)"), "{log}");
+    assert!(lab.leased(FIRST_IP));
+    run(&ours(), "DEL", &ct, "ctr-b", "eth0", &conf).assert_ok();
 }

@@ -77,6 +77,12 @@ impl Lab {
         lab
     }
 
+    /// Stops dnsmasq (its lease file stays).
+    pub fn stop_server(&mut self) {
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+    }
+
     /// Stops dnsmasq and starts it again with another range (and more
     /// arguments), keeping its lease file and log.
     pub fn restart_server(&mut self, last: &str, first: &str, extra: &[String]) {
