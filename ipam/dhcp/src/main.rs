@@ -27,6 +27,17 @@
 //!   it: nothing is collected and GC succeeds.
 //! - STATUS: the daemon must answer (code 50 when it does not).
 //!
+//! DEL, GC and STATUS read only `daemonSocketPath`, so a configuration
+//! whose options no longer parse cannot keep a lease from being released.
+//! A GC without `cni.dev/valid-attachments` names no valid attachment and
+//! so releases every lease of the network (Go's cnitool sends it that way
+//! after deleting each cached attachment).
+//!
+//! Mixed installations: replies of this daemon claim result version 1.0.0
+//! (the 1.1.0 shape is the same), which the Go plugins of CNI before 1.1
+//! convert; the Go plugin's CHECK calls Allocate, which this daemon
+//! answers with the lease it holds.
+//!
 //! Errors carry spec codes (see [`error`]) where the reference says 999.
 
 mod client;
