@@ -37,6 +37,10 @@ pub enum BandwidthError {
     /// DEL's own namespace, which its detached deletion of the ifb needs.
     #[error("cannot open this process's network namespace: {0}")]
     HostNetNs(#[source] libcni::netns::NetNsError),
+    /// Entering the container's namespace, or coming back from it, failed;
+    /// after a failed return the plugin must stop at once.
+    #[error(transparent)]
+    EnterNetNs(libcni::netns::NetNsError),
     #[error("no interfaces provided")]
     NoInterfaces,
     #[error("container interface {ifname} has no veth peer: {reason}")]
@@ -88,6 +92,7 @@ impl ToCniError for BandwidthError {
         let code = match self {
             BandwidthError::Conf(e) => return e.to_cni_error(),
             BandwidthError::NetNs(e) => return e.to_cni_error(),
+            BandwidthError::EnterNetNs(e) => e.error_code(),
             BandwidthError::UndoFailed { cause, .. } => {
                 return CniError::new(cause.to_cni_error().code, self.to_string())
             }

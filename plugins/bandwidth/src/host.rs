@@ -24,7 +24,13 @@ pub fn host_veth(
         ifname: container_ifname.to_string(),
         reason,
     };
-    let mut container = RouteSocket::open_in(netns).map_err(|e| no_peer(e.to_string()))?;
+    // A socket made inside by this thread, there and back, rather than by
+    // a new thread there: on a busy node a new thread waited milliseconds
+    // to be scheduled, as long as the rest of ADD.
+    let mut container = netns
+        .enter_briefly(RouteSocket::open_current)
+        .map_err(BandwidthError::EnterNetNs)?
+        .map_err(|e| no_peer(e.to_string()))?;
     let link = container
         .link_by_name(container_ifname)
         .map_err(|e| no_peer(e.to_string()))?
