@@ -3,7 +3,7 @@
 # offline, as an OCI archive: no registry is contacted and no base image is
 # pulled (FROM scratch). Needs buildah (Debian package) and root.
 #
-#   deploy/build-image.sh [--with-rdma-sriov] [OUTPUT.tar]
+#   deploy/build-image.sh [--with-rdma-sriov] [--no-build] [OUTPUT.tar]
 #
 # The image holds:
 #   /usr/bin/cni-installer   the install step (entrypoint; `install` by default)
@@ -14,16 +14,19 @@
 # --with-rdma-sriov adds rdma-sriov, built for the host target: it links
 # libibverbs dynamically, which the node (rdma-core) provides, not the image.
 #
+# --no-build takes the binaries as they are in target/ (built before).
 # Prints the archive's path on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_rdma_sriov=false
+build=true
 output=""
 for arg in "$@"; do
     case "$arg" in
         --with-rdma-sriov) with_rdma_sriov=true ;;
-        -*) echo "usage: $0 [--with-rdma-sriov] [OUTPUT.tar]" >&2; exit 2 ;;
+        --no-build) build=false ;;
+        -*) echo "usage: $0 [--with-rdma-sriov] [--no-build] [OUTPUT.tar]" >&2; exit 2 ;;
         *) output="$arg" ;;
     esac
 done
@@ -39,12 +42,14 @@ mapfile -t plugins < <(sed -n 's/^plugins = "\(.*\)"$/\1/p' .cargo/config.toml \
     | grep -o -- '-p [a-z0-9-]*' | cut -c4-)
 [ "${#plugins[@]}" -gt 0 ] || { log "no plugin list in .cargo/config.toml"; exit 1; }
 
-log "building (release, musl): the plugins, cni-installer, cnitool"
-cargo plugins --locked >&2
-cargo build --release --locked --target x86_64-unknown-linux-musl \
-    -p cni-installer -p cnitool >&2
-if $with_rdma_sriov; then
-    cargo build --release --locked -p rdma-sriov >&2
+if $build; then
+    log "building (release, musl): the plugins, cni-installer, cnitool"
+    cargo plugins --locked >&2
+    cargo build --release --locked --target x86_64-unknown-linux-musl \
+        -p cni-installer -p cnitool >&2
+    if $with_rdma_sriov; then
+        cargo build --release --locked -p rdma-sriov >&2
+    fi
 fi
 
 rootfs=$work/rootfs
