@@ -84,6 +84,8 @@ pub fn install(
     let _lock = FileLock::acquire_open(&dir, to, LOCK_WAIT)
         .map_err(|e| InstallerError::Lock(to.to_path_buf(), e))?;
 
+    remove_stale_copies(to)?;
+
     let mut outcomes = Vec::new();
     let mut staged = Vec::new();
     for file in list {
@@ -136,6 +138,23 @@ pub fn install(
             .position(|f| path.file_name().and_then(|n| n.to_str()) == Some(f.name.as_str()))
     });
     Ok(outcomes)
+}
+
+/// Removes the temporary copies of a run that was killed before renaming
+/// them (another PID, so its names are not reused). Called under the lock:
+/// no other installer is writing.
+fn remove_stale_copies(to: &Path) -> Result<(), InstallerError> {
+    let entries = std::fs::read_dir(to).map_err(|source| InstallerError::Read {
+        path: to.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        if crate::staged::is_temp_name(&entry.file_name()) {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|source| InstallerError::Write { path, source })?;
+        }
+    }
+    Ok(())
 }
 
 enum Current {

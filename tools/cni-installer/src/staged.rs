@@ -18,6 +18,8 @@ use sha2::{Digest, Sha256};
 use crate::error::InstallerError;
 use crate::sums::Sha256Sum;
 
+const TEMP_MARK: &str = ".cni-installer-";
+
 /// A written, synced temporary file; dropped uncommitted, it is removed.
 #[derive(Debug)]
 pub struct Staged {
@@ -125,7 +127,16 @@ fn temp_name(target: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    target.with_file_name(format!(".{name}.cni-installer-{}", std::process::id()))
+    target.with_file_name(format!(".{name}{TEMP_MARK}{}", std::process::id()))
+}
+
+/// Whether `name` is one [`temp_name`] makes.
+pub fn is_temp_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.starts_with('.')
+        && name
+            .rsplit_once(TEMP_MARK)
+            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Flushes a folder's entries (the renames) to disk.

@@ -452,6 +452,23 @@ fn second_run_changes_nothing() {
 }
 
 #[test]
+fn copies_left_by_a_killed_run_are_removed() {
+    let set = PluginSet::new(&[("bridge", b"bridge")]);
+    let node = TempDir::new().unwrap();
+    let bin = node.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    fs::write(bin.join(".bridge.cni-installer-4242"), b"half a brid").unwrap();
+    // Not ours: kept.
+    fs::write(bin.join(".keep.cni-installer-notes"), b"x").unwrap();
+    let out = run(&set, &bin, &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        contents(&bin).keys().collect::<Vec<_>>(),
+        [".keep.cni-installer-notes", "bridge"]
+    );
+}
+
+#[test]
 fn a_changed_mode_is_put_right() {
     let set = PluginSet::new(&[("bridge", b"bridge")]);
     let node = TempDir::new().unwrap();
