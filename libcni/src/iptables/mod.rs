@@ -12,6 +12,7 @@
 //! programs inherit it.
 
 pub mod nft_save;
+pub mod nft_write;
 pub mod restore;
 mod run;
 pub mod save;

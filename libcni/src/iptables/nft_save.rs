@@ -86,6 +86,27 @@ pub fn conntrack_state_args(info: &[u8]) -> Option<Vec<String>> {
     Some(args)
 }
 
+/// The info of `-m conntrack [!] --ctstate <states>` (comma-separated
+/// state names) as iptables-nft writes it, the inverse of
+/// [`conntrack_state_args`]; `None` for an unknown or missing state.
+pub fn conntrack_state_info(states: &str, negated: bool) -> Option<Vec<u8>> {
+    let mut mask = 0u16;
+    for state in states.split(',') {
+        let (bit, _) = CONNTRACK_STATES.iter().find(|(_, name)| *name == state)?;
+        mask |= bit;
+    }
+    let mut info = vec![0u8; CONNTRACK_INFO_LEN];
+    let mut put = |offset: usize, value: u16| {
+        info[offset..offset + 2].copy_from_slice(&value.to_ne_bytes());
+    };
+    put(CONNTRACK_MATCH_FLAGS, XT_CONNTRACK_STATE);
+    if negated {
+        put(CONNTRACK_INVERT_FLAGS, XT_CONNTRACK_STATE);
+    }
+    put(CONNTRACK_STATE_MASK, mask);
+    Some(info)
+}
+
 /// `chains` of table `table` (those that exist, with their rules) as
 /// `iptables-save -t <table>` prints them; `None` when a rule in them is
 /// not one this module reads.
@@ -94,9 +115,20 @@ pub fn read_chains(
     table: &str,
     chains: &[&str],
 ) -> Result<Option<SavedTable>, NfTablesError> {
+    Ok(read_chains_with_handles(family, table, chains)?.map(|(saved, _)| saved))
+}
+
+/// [`read_chains`], with the kernel's handle of each rule, in the order
+/// of the table's rules: what [`super::nft_write`] deletes a rule by.
+pub fn read_chains_with_handles(
+    family: IpFamily,
+    table: &str,
+    chains: &[&str],
+) -> Result<Option<(SavedTable, Vec<u64>)>, NfTablesError> {
     let nf_family = Family::from(family);
     let mut socket = NfTablesSocket::open()?;
     let mut saved = SavedTable::default();
+    let mut handles = Vec::new();
     for chain in chains {
         if saved.chains.contains(*chain) || socket.get_chain(nf_family, table, chain)?.is_none() {
             continue;
@@ -104,7 +136,10 @@ pub fn read_chains(
         saved.chains.insert(chain.to_string());
         for rule in socket.list_rules(nf_family, table, Some(chain))? {
             match saved_rule(&rule, family) {
-                Some(rule) => saved.rules.push(rule),
+                Some(saved_rule) => {
+                    saved.rules.push(saved_rule);
+                    handles.push(rule.handle);
+                }
                 None => {
                     log::debug!(
                         "rule #{} of {table} {chain} is not one read in-process",
@@ -115,7 +150,7 @@ pub fn read_chains(
             }
         }
     }
-    Ok(Some(saved))
+    Ok(Some((saved, handles)))
 }
 
 /// The saved form of one listed rule; `None` for shapes not read here.

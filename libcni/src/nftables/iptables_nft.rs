@@ -21,6 +21,8 @@
 //! -m multiport       xt match multiport rev 1
 //! -m addrtype        xt match addrtype rev 1
 //! -m mark            meta mark, bitwise, cmp
+//! -m conntrack --ctstate   xt match conntrack rev 3
+//!                    (crate::iptables::nft_save::conntrack_state_info)
 //! (every rule)       counter
 //! -j ACCEPT/<chain>  immediate verdict
 //! -j MASQUERADE      xt target MASQUERADE rev 0
@@ -111,6 +113,40 @@ pub fn nat_base_chain(name: &str) -> Option<BaseChain> {
         hook: Hook { number, priority },
         policy_accept: true,
     })
+}
+
+/// The table of firewall's rules.
+pub const FILTER_TABLE: &str = "filter";
+const HOOK_FORWARD: u32 = 2;
+
+/// The built-in chain `name` of `filter` as iptables-nft creates it (only
+/// when a rule first goes into it; `iptables-save` prints the built-in
+/// chains of a table whether they exist or not).
+pub fn filter_base_chain(name: &str) -> Option<BaseChain> {
+    let number = match name {
+        "INPUT" => HOOK_INPUT,
+        "FORWARD" => HOOK_FORWARD,
+        "OUTPUT" => HOOK_OUTPUT,
+        _ => return None,
+    };
+    Some(BaseChain {
+        chain_type: "filter",
+        hook: Hook {
+            number,
+            priority: 0,
+        },
+        policy_accept: true,
+    })
+}
+
+/// The built-in chain `name` of iptables table `table` (`nat` or
+/// `filter`); `None` for a user chain or another table.
+pub fn base_chain(table: &str, name: &str) -> Option<BaseChain> {
+    match table {
+        NAT_TABLE => nat_base_chain(name),
+        FILTER_TABLE => filter_base_chain(name),
+        _ => None,
+    }
 }
 
 fn octets(ip: IpAddr) -> Vec<u8> {
@@ -374,6 +410,9 @@ mod tests {
 
     #[test]
     fn nat_base_chains() {
+        assert_eq!(base_chain("filter", "FORWARD").unwrap().hook.number, 2);
+        assert!(base_chain("filter", "CNI-FORWARD").is_none());
+        assert!(base_chain("mangle", "FORWARD").is_none());
         assert_eq!(nat_base_chain("PREROUTING").unwrap().hook.priority, -100);
         assert_eq!(nat_base_chain("POSTROUTING").unwrap().hook.priority, 100);
         assert!(nat_base_chain("CNI-HOSTPORT-DNAT").is_none());

@@ -29,10 +29,11 @@
 //!   no marker: GC leaves them (nothing tells whose they are).
 //! - Chains and jumps stay (the reference's DEL keeps them too).
 //!
-//! Each family's change is read with one `iptables-save` (over netlink
-//! where `iptables` is iptables-nft, see [`read_filter`]) and written with
+//! Each family's change is read with one `iptables-save` and written with
 //! one `iptables-restore --noflush` (libcni's runner, with its deadline and
-//! xtables lock handling), all or nothing in the kernel; an IPv6 failure
+//! xtables lock handling), or, where `iptables` is iptables-nft, both over
+//! netlink in the form iptables-nft itself gives the rules (see
+//! [`Filter`]); either way all or nothing in the kernel; an IPv6 failure
 //! after the IPv4 write takes the IPv4 additions back. Calls of this plugin
 //! are serialised by a host lock (see [`crate::lock`]) so two ADDs never
 //! both declare a new chain (a declaration empties an existing chain).
@@ -40,6 +41,7 @@
 use std::collections::BTreeSet;
 
 use ipnetwork::IpNetwork;
+use libcni::iptables::nft_write::{self, Change};
 use libcni::iptables::{
     join_args, nft_save, CommandError, Programs, RestoreScript, SavedRule, SavedTable,
 };
@@ -143,27 +145,135 @@ fn saved(chain: &str, args: &[String]) -> SavedRule {
     }
 }
 
-/// One family's iptables programs and `chains` of its filter table, with
-/// the error of a failing read worded as the reference words it.
-///
-/// Where `iptables` is iptables-nft, the chains are read over netlink
-/// ([`libcni::iptables::nft_save`]) instead of with `iptables-save`: that
-/// process start was about a third of a call's time and the largest
-/// resident set of the call. Rules of a shape that module does not read
-/// send the read to `iptables-save` after all.
-fn read_filter(family: IpFamily, chains: &[&str]) -> Result<(Programs, SavedTable), FirewallError> {
-    let programs = Programs::of(family);
-    if programs.is_iptables_nft() {
-        match nft_save::read_chains(family, FILTER, chains) {
-            Ok(Some(table)) => return Ok((programs, table)),
-            Ok(None) => {}
-            Err(e) => log::debug!("reading {family} {FILTER} over netlink: {e}"),
+/// One family's filter table as read: its programs, the chains read,
+/// and, where they were read over netlink, each rule's handle (what an
+/// in-process write deletes it by).
+struct Filter {
+    family: IpFamily,
+    programs: Programs,
+    table: SavedTable,
+    handles: Option<Vec<u64>>,
+}
+
+impl Filter {
+    /// `chains` of the family's filter table, with the error of a failing
+    /// read worded as the reference words it.
+    ///
+    /// Where `iptables` is iptables-nft, the chains are read over netlink
+    /// ([`libcni::iptables::nft_save`]) instead of with `iptables-save`:
+    /// that process start was about a third of a call's time and the
+    /// largest resident set of the call. Rules of a shape that module does
+    /// not read send the read to `iptables-save` after all.
+    fn read(family: IpFamily, chains: &[&str]) -> Result<Filter, FirewallError> {
+        let programs = Programs::of(family);
+        if programs.is_iptables_nft() {
+            match nft_save::read_chains_with_handles(family, FILTER, chains) {
+                Ok(Some((table, handles))) => {
+                    return Ok(Filter {
+                        family,
+                        programs,
+                        table,
+                        handles: Some(handles),
+                    })
+                }
+                Ok(None) => {}
+                Err(e) => log::debug!("reading {family} {FILTER} over netlink: {e}"),
+            }
+        }
+        let table = programs
+            .read(FILTER)
+            .map_err(|source| FirewallError::IptablesInit { family, source })?;
+        Ok(Filter {
+            family,
+            programs,
+            table,
+            handles: None,
+        })
+    }
+
+    /// The kernel's handle of `rule`, one of this table's rules.
+    fn handle_of(&self, rule: &SavedRule) -> Option<u64> {
+        let index = self
+            .table
+            .rules
+            .iter()
+            .position(|r| std::ptr::eq(r, rule))?;
+        self.handles.as_ref()?.get(index).copied()
+    }
+
+    /// Writes `edit` in one transaction: in-process where the table was
+    /// read over netlink and every rule of the edit is one
+    /// [`libcni::iptables::nft_write`] writes (the one `iptables-restore`
+    /// a call started was most of its time and its peak resident set),
+    /// else, or if that transaction fails, with `iptables-restore`.
+    fn write(&self, edit: Edit) -> Result<(), CommandError> {
+        if edit.script.is_empty() {
+            return Ok(());
+        }
+        if let (Some(_), Some(changes)) = (&self.handles, &edit.changes) {
+            match nft_write::commit(self.family, FILTER, changes) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => log::debug!("writing {} {FILTER} over netlink: {e}", self.family),
+            }
+        }
+        self.programs.restore(&edit.script)
+    }
+}
+
+/// A change of one family's filter table, kept both as restore input and
+/// as in-process changes (`None` once a deletion has no known handle).
+struct Edit {
+    script: RestoreScript,
+    changes: Option<Vec<Change>>,
+}
+
+impl Edit {
+    fn new() -> Edit {
+        Edit {
+            script: RestoreScript::new(FILTER),
+            changes: Some(Vec::new()),
         }
     }
-    let table = programs
-        .read(FILTER)
-        .map_err(|source| FirewallError::IptablesInit { family, source })?;
-    Ok((programs, table))
+
+    fn push(&mut self, change: Change) {
+        if let Some(changes) = &mut self.changes {
+            changes.push(change);
+        }
+    }
+
+    fn create_chain(&mut self, chain: &str) {
+        self.script.declare_chain(chain);
+        self.push(Change::CreateChain(chain.to_string()));
+    }
+
+    fn insert_first(&mut self, chain: &str, args: &[String]) {
+        self.script.insert(chain, 1, args);
+        self.push(Change::InsertFirst {
+            chain: chain.to_string(),
+            args: args.to_vec(),
+        });
+    }
+
+    fn append(&mut self, chain: &str, args: &[String]) {
+        self.script.append(chain, args);
+        self.push(Change::Append {
+            chain: chain.to_string(),
+            args: args.to_vec(),
+        });
+    }
+
+    /// Deletes `rule`, one of `filter`'s rules.
+    fn delete(&mut self, filter: &Filter, rule: &SavedRule) {
+        self.script.delete(rule);
+        match filter.handle_of(rule) {
+            Some(handle) => self.push(Change::Delete {
+                chain: rule.chain.clone(),
+                handle,
+            }),
+            None => self.changes = None,
+        }
+    }
 }
 
 fn families_of(ips: &[IpNetwork]) -> BTreeSet<IpFamily> {
@@ -202,18 +312,19 @@ pub fn add(ips: &[IpNetwork], admin_chain: &str, tag: &str) -> Result<Added, Fir
     let mut added = Added::default();
     for family in families_of(ips) {
         let chains = [FORWARD, PRIVATE_CHAIN, admin_chain, ATTACHMENTS_CHAIN];
-        let result = read_filter(family, &chains).and_then(|(programs, table)| {
-            let mut script = RestoreScript::new(FILTER);
+        let result = Filter::read(family, &chains).and_then(|filter| {
+            let table = &filter.table;
+            let mut edit = Edit::new();
             for chain in [PRIVATE_CHAIN, admin_chain, ATTACHMENTS_CHAIN] {
                 if !table.has_chain(chain) {
-                    script.declare_chain(chain);
+                    edit.create_chain(chain);
                 }
             }
             if !table.has_rule(FORWARD, &forward_jump()) {
-                script.insert(FORWARD, 1, &forward_jump());
+                edit.insert_first(FORWARD, &forward_jump());
             }
             if !table.has_rule(PRIVATE_CHAIN, &admin_jump(admin_chain)) {
-                script.insert(PRIVATE_CHAIN, 1, &admin_jump(admin_chain));
+                edit.insert_first(PRIVATE_CHAIN, &admin_jump(admin_chain));
             }
             let mut appended = Vec::new();
             for ip in ips.iter().filter(|ip| IpFamily::of_network(ip) == family) {
@@ -228,9 +339,9 @@ pub fn add(ips: &[IpNetwork], admin_chain: &str, tag: &str) -> Result<Added, Fir
                 }
             }
             for rule in &appended {
-                script.append(&rule.chain, &rule.args);
+                edit.append(&rule.chain, &rule.args);
             }
-            programs.restore(&script).map_err(FirewallError::Iptables)?;
+            filter.write(edit).map_err(FirewallError::Iptables)?;
             Ok(appended)
         });
         match result {
@@ -252,7 +363,7 @@ pub fn del(ips: &[IpNetwork], tag: &str) -> Result<(), FirewallError> {
     let wanted = families_of(ips);
     let mut errors = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
-        let (programs, table) = match read_filter(family, &[ATTACHMENTS_CHAIN, PRIVATE_CHAIN]) {
+        let filter = match Filter::read(family, &[ATTACHMENTS_CHAIN, PRIVATE_CHAIN]) {
             Ok(read) => read,
             Err(FirewallError::IptablesInit {
                 source: CommandError::NotFound { .. },
@@ -263,6 +374,7 @@ pub fn del(ips: &[IpNetwork], tag: &str) -> Result<(), FirewallError> {
                 continue;
             }
         };
+        let table = &filter.table;
         let mut doomed: Vec<&SavedRule> = Vec::new();
         let mut addresses: BTreeSet<String> = ips
             .iter()
@@ -289,25 +401,22 @@ pub fn del(ips: &[IpNetwork], tag: &str) -> Result<(), FirewallError> {
             if others.contains(address) && !prev_addresses.contains(address) {
                 continue;
             }
-            doomed.extend(address_rules_in(&table, address));
+            doomed.extend(address_rules_in(table, address));
         }
-        if let Err(e) = delete_all(&programs, doomed) {
+        if let Err(e) = delete_all(&filter, doomed) {
             errors.push(e);
         }
     }
     FirewallError::from_many(errors).map_or(Ok(()), Err)
 }
 
-/// Deletes `rules` with one restore.
-fn delete_all(programs: &Programs, rules: Vec<&SavedRule>) -> Result<(), FirewallError> {
-    let mut script = RestoreScript::new(FILTER);
+/// Deletes `rules`, rules of `filter`, in one transaction.
+fn delete_all(filter: &Filter, rules: Vec<&SavedRule>) -> Result<(), FirewallError> {
+    let mut edit = Edit::new();
     for rule in rules {
-        script.delete(rule);
+        edit.delete(filter, rule);
     }
-    if script.is_empty() {
-        return Ok(());
-    }
-    programs.restore(&script).map_err(FirewallError::Iptables)
+    filter.write(edit).map_err(FirewallError::Iptables)
 }
 
 /// The reference's two rules of `address` (`/32` or `/128` text) that
@@ -330,7 +439,7 @@ fn address_rules_in<'a>(
 /// which a CHECK should not).
 pub fn check(ips: &[IpNetwork], admin_chain: &str) -> Result<(), FirewallError> {
     for family in families_of(ips) {
-        let (_, table) = read_filter(family, &[FORWARD, PRIVATE_CHAIN, admin_chain])?;
+        let table = Filter::read(family, &[FORWARD, PRIVATE_CHAIN, admin_chain])?.table;
         for chain in [PRIVATE_CHAIN, admin_chain] {
             if !table.has_chain(chain) {
                 return Err(FirewallError::Check(format!(
@@ -369,7 +478,7 @@ pub fn gc(network: &str, keep: &BTreeSet<String>) -> Result<(), FirewallError> {
     let prefix = tag_prefix(network);
     let mut errors = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
-        let (programs, table) = match read_filter(family, &[ATTACHMENTS_CHAIN, PRIVATE_CHAIN]) {
+        let filter = match Filter::read(family, &[ATTACHMENTS_CHAIN, PRIVATE_CHAIN]) {
             Ok(read) => read,
             Err(FirewallError::IptablesInit {
                 source: CommandError::NotFound { .. },
@@ -380,6 +489,7 @@ pub fn gc(network: &str, keep: &BTreeSet<String>) -> Result<(), FirewallError> {
                 continue;
             }
         };
+        let table = &filter.table;
         let mut doomed: Vec<&SavedRule> = Vec::new();
         let mut stale = BTreeSet::new();
         let mut kept = BTreeSet::new();
@@ -395,9 +505,9 @@ pub fn gc(network: &str, keep: &BTreeSet<String>) -> Result<(), FirewallError> {
             }
         }
         for address in stale.difference(&kept) {
-            doomed.extend(address_rules_in(&table, address));
+            doomed.extend(address_rules_in(table, address));
         }
-        if let Err(e) = delete_all(&programs, doomed) {
+        if let Err(e) = delete_all(&filter, doomed) {
             errors.push(e);
         }
     }
@@ -462,38 +572,36 @@ pub fn setup_isolation(
 ) -> Result<(), FirewallError> {
     let rules = isolation_rules(bridge, policy);
     for family in families_of(ips) {
-        let (programs, table) = read_filter(family, &[FORWARD, STAGE_1, STAGE_2])?;
-        let mut script = RestoreScript::new(FILTER);
+        let filter = Filter::read(family, &[FORWARD, STAGE_1, STAGE_2])?;
+        let table = &filter.table;
+        let mut edit = Edit::new();
         for chain in [STAGE_1, STAGE_2] {
             if !table.has_chain(chain) {
-                script.declare_chain(chain);
+                edit.create_chain(chain);
             }
         }
-        if !has_isolation_rule(&table, FORWARD, &[], STAGE_1) {
-            script.insert(FORWARD, 1, &with_comment(&[], ISOLATION_COMMENT, STAGE_1));
+        if !has_isolation_rule(table, FORWARD, &[], STAGE_1) {
+            edit.insert_first(FORWARD, &with_comment(&[], ISOLATION_COMMENT, STAGE_1));
         }
         if !table.has_rule(STAGE_1, &rules.stage_1_bridge) {
-            script.insert(STAGE_1, 1, &rules.stage_1_bridge);
+            edit.insert_first(STAGE_1, &rules.stage_1_bridge);
         }
         if policy == IngressPolicy::Isolated && !table.has_rule(STAGE_1, &rules.stage_1_drop) {
-            script.insert(STAGE_1, 1, &rules.stage_1_drop);
+            edit.insert_first(STAGE_1, &rules.stage_1_drop);
         }
-        if !has_isolation_rule(&table, STAGE_1, &[], "RETURN") {
-            script.append(STAGE_1, &with_comment(&[], ISOLATION_COMMENT, "RETURN"));
+        if !has_isolation_rule(table, STAGE_1, &[], "RETURN") {
+            edit.append(STAGE_1, &with_comment(&[], ISOLATION_COMMENT, "RETURN"));
         }
-        if !has_isolation_rule(&table, STAGE_2, &["-o", bridge], "DROP") {
-            script.insert(
+        if !has_isolation_rule(table, STAGE_2, &["-o", bridge], "DROP") {
+            edit.insert_first(
                 STAGE_2,
-                1,
                 &with_comment(&["-o", bridge], ISOLATION_COMMENT, "DROP"),
             );
         }
-        if !has_isolation_rule(&table, STAGE_2, &[], "RETURN") {
-            script.append(STAGE_2, &with_comment(&[], ISOLATION_COMMENT, "RETURN"));
+        if !has_isolation_rule(table, STAGE_2, &[], "RETURN") {
+            edit.append(STAGE_2, &with_comment(&[], ISOLATION_COMMENT, "RETURN"));
         }
-        if !script.is_empty() {
-            programs.restore(&script).map_err(FirewallError::Iptables)?;
-        }
+        filter.write(edit).map_err(FirewallError::Iptables)?;
     }
     Ok(())
 }
