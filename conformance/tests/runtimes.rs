@@ -155,11 +155,12 @@ fn podman_runs_a_container_on_a_bridge_network_of_our_plugins() {
         "ok    podman: the container answers on its IP from the host",
         "ok    podman: the published port answers from the host (bridge gateway address)",
         "ok    podman: the published port answers from 127.0.0.1",
+        "ok    podman: the container reaches a client behind the host (FORWARD policy DROP: firewall's rules)",
         "ok    podman: no IP lease, veth or firewall rule is left after rm",
     ] {
         assert!(run.stdout.contains(line), "missing: {line}");
     }
-    assert_eq!(run.closing_line(), "8 passed, 0 failed");
+    assert_eq!(run.closing_line(), "9 passed, 0 failed");
 }
 
 #[test]
