@@ -327,10 +327,17 @@ fn delegation_passes_the_callers_environment_and_whole_config() {
             .lines()
             .map(str::to_string)
             .collect();
-        // Only CNI_COMMAND differs from the caller's environment.
+        // Only CNI_COMMAND differs from the caller's environment, and the
+        // delegate is told who called it (CNI_RS_DELEGATED_BY, the calling
+        // program's name, for its log lines).
+        let caller = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
         let mut expected: Vec<String> = caller_env
             .clone()
             .with("CNI_COMMAND", command)
+            .with("CNI_RS_DELEGATED_BY", &caller)
             .iter()
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect();

@@ -70,7 +70,7 @@ check_contains setup-rdma-exclusive "netns exclusive" "$(rdma system show 2>&1) 
 netns_add pod-r
 hd ADD /run/netns/pod-r net1 ctr-r "$(conf '{"device": "veth0"}')"
 if [ "$cni_status" = 0 ] &&
-    [[ $cni_err == *'RDMA device "rxe0" (rdma_rxe) cannot change namespace'* ]]; then
+    [[ $cni_err == *'RDMA device rxe0 (rdma_rxe) cannot change namespace'* ]]; then
     pass rdma-soft-device-found-and-left "$cni_err"
 else
     fail rdma-soft-device-found-and-left "$(cni_report)"
