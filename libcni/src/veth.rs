@@ -9,10 +9,14 @@
 
 use std::os::fd::AsFd;
 
+use ipnetwork::IpNetwork;
+
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::link_name;
 use crate::netlink::{LinkInfo, NetlinkError, RouteSocket, VethPair};
 use crate::netns::NetNs;
+use crate::skel::CmdArgs;
+use crate::types::v100;
 
 /// How many random host names are tried, as in the reference.
 pub const NAME_ATTEMPTS: usize = 10;
@@ -124,4 +128,96 @@ fn lookup(
         host: host_link,
         container: container_link,
     })
+}
+
+/// Deletes the pair by its host end, the undo of [`create`] once the pair
+/// is in the caller's rollback; a pair already gone (the container's
+/// namespace deleted with its end) is fine.
+pub fn delete_host_end(
+    host: &mut RouteSocket,
+    host_index: u32,
+    host_name: &str,
+) -> Result<(), NetlinkError> {
+    match host.delete_link(host_index) {
+        Err(e) if !e.is_not_found() => Err(e.context(format!("delete veth {host_name:?}"))),
+        _ => Ok(()),
+    }
+}
+
+/// DEL's list of the container's addresses, whose masquerade rules go:
+/// those `on_link` (read from the container end before it went), then any
+/// more the prevResult names, as the link may already have been gone. A
+/// prevResult that cannot be read is logged and passed over: DEL goes on.
+pub fn addresses_for_del(on_link: Vec<IpNetwork>, args: &CmdArgs) -> Vec<IpNetwork> {
+    let mut ips = on_link;
+    for ip in prev_result_ips(args) {
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    ips
+}
+
+fn prev_result_ips(args: &CmdArgs) -> Vec<IpNetwork> {
+    let prev = match args.conf.prev_result() {
+        Ok(Some(prev)) => prev,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            log::warn!("ignoring the prevResult: {e}");
+            return Vec::new();
+        }
+    };
+    match v100::Result::try_from(prev) {
+        Ok(prev) => prev.ips.into_iter().map(|ip| ip.address).collect(),
+        Err(e) => {
+            log::warn!("ignoring the prevResult: {e}");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin_conf::PluginConf;
+    use crate::skel::Command;
+    use serde_json::json;
+
+    fn del_args(conf: serde_json::Value) -> CmdArgs {
+        let stdin_data = serde_json::to_vec(&conf).unwrap();
+        CmdArgs {
+            command: Command::Del,
+            container_id: "c1".into(),
+            netns: String::new(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+            netns_override: false,
+            conf: PluginConf::from_slice(&stdin_data).unwrap(),
+            stdin_data,
+        }
+    }
+
+    #[test]
+    fn del_takes_the_links_addresses_then_the_prev_results_others() {
+        let on_link: Vec<IpNetwork> = vec!["10.1.0.2/24".parse().unwrap()];
+        let prev = json!({
+            "cniVersion": "1.0.0", "name": "net", "type": "ptp",
+            "prevResult": {"cniVersion": "1.0.0", "ips": [
+                {"address": "10.1.0.2/24"}, {"address": "fd00::2/64"}
+            ]}
+        });
+        assert_eq!(
+            addresses_for_del(on_link.clone(), &del_args(prev)),
+            [on_link[0], "fd00::2/64".parse().unwrap()]
+        );
+        // No prevResult, or one that cannot be read: the link's only.
+        let none = json!({"cniVersion": "1.0.0", "name": "net", "type": "ptp"});
+        assert_eq!(addresses_for_del(on_link.clone(), &del_args(none)), on_link);
+        let broken = json!({
+            "cniVersion": "1.0.0", "name": "net", "type": "ptp",
+            "prevResult": {"cniVersion": "1.0.0", "ips": "not a list"}
+        });
+        assert_eq!(addresses_for_del(Vec::new(), &del_args(broken)), []);
+    }
 }

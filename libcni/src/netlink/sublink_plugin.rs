@@ -1,26 +1,116 @@
 //! The steps that macvlan, ipvlan and vlan share: each puts one
 //! sub-interface of a host link into the container and leaves addresses to
-//! an IPAM plugin, so opening `CNI_NETNS`, the IPAM calls (ADD's lease,
+//! an IPAM plugin, so opening `CNI_NETNS`, finding the master and making
+//! the link on its side ([`MasterSide`]), the IPAM calls (ADD's lease,
 //! DEL, GC, STATUS) and DEL itself are the same in all three, an IPAM
 //! failure is reported the same way, and CHECK starts and ends alike (the
 //! prevResult's interface in this sandbox, the link read back as the
 //! plugin's kind; its addresses and routes), and ADD's steps once the link
 //! exists are one value that undoes them ([`NewSubLink`]). What differs
-//! (config keys, the master lookup, the link kind's mode or id, where the
+//! (config keys, which master, the link kind's mode or id, where the
 //! addresses come from, the order of each plugin's own CHECK steps) stays
-//! in the plugins.
+//! in the plugins. tap and dummy, which make their link in the container,
+//! use the IPAM, CHECK and DEL steps too. The errors of all these steps
+//! have their spec codes in one place, [`StepError`]; the keys the plugins
+//! read alike are in [`conf`].
+
+pub mod conf;
+
+use std::os::fd::AsFd;
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::iface::{
     check_interface_ips, check_routes, configure_iface, sandbox_interface, Announce, IfaceError,
 };
 use crate::invoke::{Delegator, Exec, InvokeError};
-use crate::netlink::sublink::{delete_in_container, DeleteError, SubLinkInfo, SubLinkKind};
+use crate::netlink::sublink::{
+    create_in_container, default_route_link, delete_in_container, ContainerSubLink, Creator,
+    DeleteError, SubLinkError, SubLinkInfo, SubLinkKind,
+};
 use crate::netlink::{LinkInfo, NetlinkError, RouteSocket};
 use crate::netns::{NetNs, NetNsError};
+use crate::plugin_conf::ConfError;
 use crate::skel::CmdArgs;
-use crate::types::{v100, Dns};
+use crate::types::{v100, Dns, ResultError};
 use crate::version::SpecVersion;
+
+/// The errors of the steps this module takes for a plugin, and of the
+/// checks every plugin built on them makes, each with its spec code in one
+/// place: a plugin's error enum holds them in one variant,
+/// `#[error(transparent)] Step(#[from] Box<StepError>)` (boxed: the plugin's
+/// `Result`s stay small), mapped by `e.to_cni_error()`, and
+/// [`sublink_step_errors!`](crate::sublink_step_errors) lets `?` take a
+/// `StepError` and each error it wraps there.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    NetNs(#[from] ContainerNetNsError),
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    #[error(transparent)]
+    Ipam(#[from] IpamCallError),
+    #[error("IPAM plugin returned missing IP config")]
+    IpamNoIps,
+    /// The container interface's addresses and routes (ADD), and CHECK's
+    /// findings about them and the MAC.
+    #[error(transparent)]
+    Iface(#[from] IfaceError),
+    #[error("failed to convert prevResult: {0}")]
+    PrevResult(#[source] ResultError),
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error(transparent)]
+    Delete(#[from] DeleteError),
+}
+
+impl ToCniError for StepError {
+    fn to_cni_error(&self) -> CniError {
+        match self {
+            // Each keeps the code its own type gives it.
+            StepError::NetNs(e) => e.to_cni_error(),
+            StepError::Netlink(e) => e.to_cni_error(),
+            StepError::Ipam(e) => e.to_cni_error(),
+            StepError::Iface(e) => e.to_cni_error(),
+            StepError::Check(e) => e.to_cni_error(),
+            StepError::Delete(e) => e.to_cni_error(),
+            StepError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            // An IPAM plugin in a state ADD cannot work with: 999, as the
+            // reference reports it.
+            StepError::IpamNoIps => CniError::new(ErrorCode::Internal, self.to_string()),
+        }
+    }
+}
+
+/// `From` into the plugin error enum `$plugin` for [`StepError`] and
+/// every error type it wraps, through the enum's `From<Box<StepError>>`,
+/// so `?` takes them there: `libcni::sublink_step_errors!(MacvlanError);`.
+#[macro_export]
+macro_rules! sublink_step_errors {
+    ($plugin:ty) => {
+        impl ::core::convert::From<$crate::netlink::sublink_plugin::StepError> for $plugin {
+            fn from(e: $crate::netlink::sublink_plugin::StepError) -> Self {
+                Self::from(::std::boxed::Box::new(e))
+            }
+        }
+        $crate::sublink_step_errors!(@from $plugin;
+            $crate::netlink::sublink_plugin::ContainerNetNsError,
+            $crate::netlink::NetlinkError,
+            $crate::netlink::sublink_plugin::IpamCallError,
+            $crate::iface::IfaceError,
+            $crate::netlink::sublink_plugin::CheckError,
+            $crate::netlink::sublink::DeleteError
+        );
+    };
+    (@from $plugin:ty; $($source:ty),+) => {
+        $(
+            impl ::core::convert::From<$source> for $plugin {
+                fn from(e: $source) -> Self {
+                    Self::from($crate::netlink::sublink_plugin::StepError::from(e))
+                }
+            }
+        )+
+    };
+}
 
 /// `CNI_NETNS` could not be opened for ADD or CHECK (DEL has its own, as
 /// a namespace gone is success there).
@@ -82,11 +172,7 @@ impl ToCniError for IpamCallError {
 /// The IPAM plugin of the configuration; `None` for layer 2 (no `ipam` or
 /// an empty `type`).
 pub fn ipam_type(args: &CmdArgs) -> Option<&str> {
-    args.conf
-        .ipam
-        .as_ref()
-        .map(|ipam| ipam.ipam_type.as_str())
-        .filter(|t| !t.is_empty())
+    conf::ipam_type(&args.conf)
 }
 
 /// ADD's IPAM step: the lease as a 1.0 result, which the plugin builds its
@@ -108,6 +194,121 @@ pub fn ipam_add<E: Exec>(
             InvokeError::Result(e),
         )
     })
+}
+
+/// IPAM DEL with `plugin`: DEL's, and ADD's rollback of the lease.
+pub fn ipam_del<E: Exec>(
+    args: &CmdArgs,
+    ipam: &Delegator<E>,
+    plugin: &str,
+) -> Result<(), IpamCallError> {
+    ipam.del(plugin, args.conf.bytes())
+        .map_err(|source| IpamCallError::new("IPAM DEL with", plugin, source))
+}
+
+/// The master could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    #[error("no default route interface found{}; set \"master\"", in_where(*.in_container))]
+    NoDefaultRoute { in_container: bool },
+    #[error("failed to lookup master {master:?}: no such link{}", in_where(*.in_container))]
+    NotFound { master: String, in_container: bool },
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+}
+
+/// Where [`MasterError`] looked, as its messages say it.
+fn in_where(in_container: bool) -> &'static str {
+    if in_container {
+        " in the container"
+    } else {
+        ""
+    }
+}
+
+impl ToCniError for MasterError {
+    fn to_cni_error(&self) -> CniError {
+        match self {
+            // The configuration names a link the node does not have.
+            MasterError::NoDefaultRoute { .. } | MasterError::NotFound { .. } => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
+            MasterError::Netlink(e) => e.to_cni_error(),
+        }
+    }
+}
+
+/// The sockets ADD and CHECK need around the master: the container's, and
+/// the host's unless the master is in the container (`linkInContainer`).
+/// The master is looked up, and the sub-link made, on the master's side.
+pub struct MasterSide {
+    container: RouteSocket,
+    host: Option<RouteSocket>,
+}
+
+impl MasterSide {
+    pub fn open(netns: &NetNs, link_in_container: bool) -> Result<MasterSide, NetlinkError> {
+        let container = RouteSocket::open_in(netns)?;
+        let host = if link_in_container {
+            None
+        } else {
+            Some(RouteSocket::open_current()?)
+        };
+        Ok(MasterSide { container, host })
+    }
+
+    /// The link `name`, else (`None`) the link of the default route.
+    pub fn find_master(&mut self, name: Option<&str>) -> Result<LinkInfo, MasterError> {
+        let in_container = self.host.is_none();
+        let socket = self.host.as_mut().unwrap_or(&mut self.container);
+        match name {
+            Some(name) => socket
+                .link_by_name(name)?
+                .ok_or_else(|| MasterError::NotFound {
+                    master: name.to_string(),
+                    in_container,
+                }),
+            None => default_route_link(socket)?.ok_or(MasterError::NoDefaultRoute { in_container }),
+        }
+    }
+
+    /// Makes the sub-link in the container under `CNI_IFNAME`
+    /// ([`create_in_container`]), from the master's side.
+    pub fn create(
+        &mut self,
+        netns: &NetNs,
+        spec: &ContainerSubLink<'_>,
+    ) -> Result<LinkInfo, SubLinkError> {
+        let creator = match self.host.as_mut() {
+            Some(socket) => Creator::Outside {
+                socket,
+                container_netns: netns.as_fd(),
+            },
+            None => Creator::Inside,
+        };
+        create_in_container(creator, &mut self.container, spec)
+    }
+
+    /// The container's socket, for what follows in the container.
+    pub fn into_container(self) -> RouteSocket {
+        self.container
+    }
+}
+
+/// `link`, the container's `CNI_IFNAME`, as the result's interface.
+pub fn container_interface(args: &CmdArgs, link: &LinkInfo) -> v100::Interface {
+    v100::Interface {
+        name: args.ifname.clone(),
+        mac: link.mac_string(),
+        // `interfaces[].mtu` is new in spec 1.1.0.
+        mtu: if args.version() >= SpecVersion::V1_1_0 {
+            link.mtu
+        } else {
+            0
+        },
+        sandbox: args.netns.clone(),
+        ..v100::Interface::default()
+    }
 }
 
 /// ADD once the sub-link is in the container under `CNI_IFNAME`: the
@@ -197,18 +398,7 @@ impl<'a, E: Exec> NewSubLink<'a, E> {
 
     fn layer2_result(&self, dns: &Dns) -> v100::Result {
         let mut result = v100::Result::new();
-        result.interfaces = vec![v100::Interface {
-            name: self.args.ifname.clone(),
-            mac: self.link.mac_string(),
-            // `interfaces[].mtu` is new in spec 1.1.0.
-            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
-                self.link.mtu
-            } else {
-                0
-            },
-            sandbox: self.args.netns.clone(),
-            ..v100::Interface::default()
-        }];
+        result.interfaces = vec![container_interface(self.args, &self.link)];
         result.dns = dns.clone();
         result
     }
@@ -251,12 +441,8 @@ where
         }
     }
     if let Some(plugin) = ipam_type(args) {
-        if let Err(source) = ipam.del(plugin, args.conf.bytes()) {
-            errors.push(Err::from(IpamCallError::new(
-                "IPAM DEL with",
-                plugin,
-                source,
-            )));
+        if let Err(e) = ipam_del(args, ipam, plugin) {
+            errors.push(Err::from(e));
         }
     }
     errors
@@ -315,6 +501,37 @@ impl ToCniError for CheckError {
     }
 }
 
+/// The prevResult in the 1.x layout, if the configuration has one.
+pub fn prev_result<Err>(args: &CmdArgs) -> Result<Option<v100::Result>, Err>
+where
+    Err: From<StepError> + From<ConfError>,
+{
+    match args.conf.prev_result()? {
+        Some(prev) => Ok(Some(
+            v100::Result::try_from(prev).map_err(StepError::PrevResult)?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// CHECK's start: IPAM CHECK with `plugin` (`None`: layer 2, nothing to
+/// ask), then the prevResult, which CHECK requires.
+pub fn check_start<E: Exec, Err>(
+    args: &CmdArgs,
+    ipam: &Delegator<E>,
+    plugin: Option<&str>,
+) -> Result<v100::Result, Err>
+where
+    Err: From<StepError> + From<ConfError>,
+{
+    if let Some(plugin) = plugin {
+        ipam.check(plugin, args.conf.bytes()).map_err(|source| {
+            StepError::from(IpamCallError::new("IPAM CHECK with", plugin, source))
+        })?;
+    }
+    prev_result::<Err>(args)?.ok_or_else(|| StepError::from(CheckError::PrevResultMissing).into())
+}
+
 /// The prevResult's `CNI_IFNAME` in this sandbox: the interface ADD
 /// reported, whose MAC the link must still have.
 pub fn expected_interface<'r>(
@@ -369,4 +586,67 @@ pub fn check_addresses_and_routes(
 ) -> Result<(), IfaceError> {
     check_interface_ips(container, &found.link, prev)?;
     check_routes(container, &prev.routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(error: &impl ToCniError) -> (ErrorCode, String) {
+        let e = error.to_cni_error();
+        (e.code, e.msg)
+    }
+
+    #[test]
+    fn step_errors_keep_their_messages_and_codes() {
+        assert_eq!(
+            reported(&StepError::IpamNoIps),
+            (
+                ErrorCode::Internal,
+                "IPAM plugin returned missing IP config".into()
+            )
+        );
+        assert_eq!(
+            reported(&StepError::PrevResult(ResultError::NotAnObject)),
+            (
+                ErrorCode::Decode,
+                "failed to convert prevResult: result is not a JSON object".into()
+            )
+        );
+        // A wrapped error keeps its own message and code.
+        assert_eq!(
+            reported(&StepError::from(CheckError::PrevResultMissing)),
+            reported(&CheckError::PrevResultMissing)
+        );
+        let ipam = || IpamCallError::new("IPAM DEL with", "host-local", InvokeError::NoPaths);
+        assert_eq!(reported(&StepError::from(ipam())), reported(&ipam()));
+    }
+
+    #[test]
+    fn master_errors_say_where_they_looked() {
+        let not_found = |in_container| MasterError::NotFound {
+            master: "eth9".into(),
+            in_container,
+        };
+        assert_eq!(
+            reported(&not_found(true)),
+            (
+                ErrorCode::InvalidNetworkConfig,
+                "failed to lookup master \"eth9\": no such link in the container".into()
+            )
+        );
+        assert_eq!(
+            not_found(false).to_string(),
+            "failed to lookup master \"eth9\": no such link"
+        );
+        assert_eq!(
+            reported(&MasterError::NoDefaultRoute {
+                in_container: false
+            }),
+            (
+                ErrorCode::InvalidNetworkConfig,
+                "no default route interface found; set \"master\"".into()
+            )
+        );
+    }
 }

@@ -109,33 +109,28 @@ pub struct Tbf {
 }
 
 impl Tbf {
-    /// The nested `TCA_OPTIONS` attributes. Only the rate of the rate spec
-    /// is set, with no rate table: the kernel computes its own since 3.8.
+    /// The nested `TCA_OPTIONS` attributes: `TCA_TBF_PARMS` (`struct
+    /// tc_tbf_qopt`: rate, no peak rate, limit, buffer, no MTU), and the
+    /// 64-bit rate when it does not fit the rate spec.
     fn encode(&self) -> Vec<u8> {
-        let mut qopt = [0u8; TBF_QOPT_LEN];
-        let rate32 = u32::try_from(self.rate).unwrap_or(u32::MAX);
-        qopt[8..12].copy_from_slice(&rate32.to_ne_bytes());
-        let tail = 2 * RATESPEC_LEN;
-        qopt[tail..tail + 4].copy_from_slice(&self.limit.to_ne_bytes());
-        qopt[tail + 4..tail + 8].copy_from_slice(&self.buffer.to_ne_bytes());
-        let mut options = nla(TCA_TBF_PARMS, &qopt);
-        if self.rate > u64::from(u32::MAX) {
-            options.extend(nla(TCA_TBF_RATE64, &self.rate.to_ne_bytes()));
+        let mut qopt = Vec::with_capacity(TBF_QOPT_LEN);
+        qopt.extend(ratespec(self.rate));
+        qopt.extend([0; RATESPEC_LEN]);
+        for word in [self.limit, self.buffer, 0] {
+            qopt.extend(word.to_ne_bytes());
         }
+        let mut options = nla(TCA_TBF_PARMS, &qopt);
+        options.extend(rate64(TCA_TBF_RATE64, self.rate));
         options
     }
 
     fn decode(options: &[u8]) -> Option<Tbf> {
         let qopt = attributes::find(options, TCA_TBF_PARMS)?;
         let tail = 2 * RATESPEC_LEN;
-        let rate = u64::from(ne_u32(qopt.get(8..12)?)?);
-        let rate = attributes::find(options, TCA_TBF_RATE64)
-            .and_then(|v| <[u8; 8]>::try_from(v).ok())
-            .map_or(rate, u64::from_ne_bytes);
         Some(Tbf {
-            rate,
-            limit: ne_u32(qopt.get(tail..tail + 4)?)?,
-            buffer: ne_u32(qopt.get(tail + 4..tail + 8)?)?,
+            rate: decode_rate(qopt, options, TCA_TBF_RATE64)?,
+            limit: ne_u32_at(qopt, tail)?,
+            buffer: ne_u32_at(qopt, tail + 4)?,
         })
     }
 }
@@ -161,7 +156,7 @@ impl Htb {
 
     fn decode(options: &[u8]) -> Option<Htb> {
         let glob = attributes::find(options, TCA_HTB_INIT)?;
-        let default_class = ne_u32(glob.get(8..12)?)?;
+        let default_class = ne_u32_at(glob, 8)?;
         Some(Htb {
             default_class: u16::try_from(default_class).ok()?,
         })
@@ -182,26 +177,19 @@ pub struct HtbClass {
 }
 
 impl HtbClass {
-    /// `TCA_HTB_PARMS` (`struct tc_htb_opt`), and the 64-bit rates when
-    /// they do not fit its 32-bit fields (which then say `~0`, as `tc`
-    /// sends them).
+    /// `TCA_HTB_PARMS` (`struct tc_htb_opt`: rate, ceil, buffer, cbuffer,
+    /// quantum, level 0, priority 0), and the 64-bit rates that do not fit
+    /// their rate specs.
     fn encode(&self) -> Vec<u8> {
-        let mut opt = [0u8; HTB_OPT_LEN];
-        let rate32 = u32::try_from(self.rate).unwrap_or(u32::MAX);
-        let ceil32 = u32::try_from(self.ceil).unwrap_or(u32::MAX);
-        opt[8..12].copy_from_slice(&rate32.to_ne_bytes());
-        opt[RATESPEC_LEN + 8..RATESPEC_LEN + 12].copy_from_slice(&ceil32.to_ne_bytes());
-        let tail = 2 * RATESPEC_LEN;
-        opt[tail..tail + 4].copy_from_slice(&self.buffer.to_ne_bytes());
-        opt[tail + 4..tail + 8].copy_from_slice(&self.cbuffer.to_ne_bytes());
-        opt[tail + 8..tail + 12].copy_from_slice(&self.quantum.to_ne_bytes());
+        let mut opt = Vec::with_capacity(HTB_OPT_LEN);
+        opt.extend(ratespec(self.rate));
+        opt.extend(ratespec(self.ceil));
+        for word in [self.buffer, self.cbuffer, self.quantum, 0, 0] {
+            opt.extend(word.to_ne_bytes());
+        }
         let mut options = nla(TCA_HTB_PARMS, &opt);
-        if self.rate > u64::from(u32::MAX) {
-            options.extend(nla(TCA_HTB_RATE64, &self.rate.to_ne_bytes()));
-        }
-        if self.ceil > u64::from(u32::MAX) {
-            options.extend(nla(TCA_HTB_CEIL64, &self.ceil.to_ne_bytes()));
-        }
+        options.extend(rate64(TCA_HTB_RATE64, self.rate));
+        options.extend(rate64(TCA_HTB_CEIL64, self.ceil));
         options
     }
 }
@@ -459,17 +447,9 @@ impl RouteSocket {
     /// The qdiscs of one link, the kernel's defaults included.
     pub fn list_qdiscs(&mut self, ifindex: u32) -> Result<Vec<Qdisc>, NetlinkError> {
         let msg = tc_message(ifindex, 0, 0);
-        self.request_fold(
-            RouteNetlinkMessage::GetQueueDiscipline(msg),
-            NLM_F_DUMP,
-            Vec::new,
-            |qdiscs, raw| {
-                if let Some(qdisc) = decode_qdisc(raw).filter(|q| q.ifindex == ifindex) {
-                    qdiscs.push(qdisc);
-                }
-                Ok(())
-            },
-        )
+        self.dump_tc(RouteNetlinkMessage::GetQueueDiscipline(msg), |raw| {
+            decode_qdisc(raw).filter(|q| q.ifindex == ifindex)
+        })
         .map_err(|e| e.context(format!("list qdiscs of link #{ifindex}")))
     }
 
@@ -496,16 +476,9 @@ impl RouteSocket {
         parent: u32,
     ) -> Result<Vec<U32Filter>, NetlinkError> {
         let msg = tc_message(ifindex, 0, parent);
-        self.request_fold(
+        self.dump_tc(
             RouteNetlinkMessage::GetTrafficFilter(msg),
-            NLM_F_DUMP,
-            Vec::new,
-            |filters, raw| {
-                if let Some(filter) = decode_u32_filter(raw) {
-                    filters.push(filter);
-                }
-                Ok(())
-            },
+            decode_u32_filter,
         )
         .map_err(|e| {
             e.context(format!(
@@ -528,6 +501,20 @@ impl RouteSocket {
             .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
         self.request_ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
             .map_err(|e| e.context(format!("create ifb {name:?}")))
+    }
+
+    /// A dump of qdiscs or filters: what `decode` reads from each reply,
+    /// the replies it leaves out (other kinds, other links, malformed)
+    /// skipped.
+    fn dump_tc<T>(
+        &mut self,
+        request: RouteNetlinkMessage,
+        decode: impl Fn(&[u8]) -> Option<T>,
+    ) -> Result<Vec<T>, NetlinkError> {
+        self.request_fold(request, NLM_F_DUMP, Vec::new, |found, raw| {
+            found.extend(decode(raw));
+            Ok(())
+        })
     }
 }
 
@@ -559,6 +546,42 @@ fn ne_u32(bytes: &[u8]) -> Option<u32> {
     <[u8; 4]>::try_from(bytes).ok().map(u32::from_ne_bytes)
 }
 
+/// The native-endian word at `offset` of a kernel struct.
+fn ne_u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
+    ne_u32(bytes.get(offset..offset + 4)?)
+}
+
+/// `struct tc_ratespec` with only the rate set (the 32-bit field says `~0`
+/// when the rate does not fit, as `tc` sends it) and no rate table: the
+/// kernel computes its own since 3.8.
+fn ratespec(rate: u64) -> [u8; RATESPEC_LEN] {
+    let mut spec = [0u8; RATESPEC_LEN];
+    let rate32 = u32::try_from(rate).unwrap_or(u32::MAX);
+    spec[8..].copy_from_slice(&rate32.to_ne_bytes());
+    spec
+}
+
+/// The 64-bit rate attribute `kind` that carries a rate too wide for its
+/// rate spec; nothing for one that fits.
+fn rate64(kind: u16, rate: u64) -> Vec<u8> {
+    if rate > u64::from(u32::MAX) {
+        nla(kind, &rate.to_ne_bytes())
+    } else {
+        Vec::new()
+    }
+}
+
+/// The rate of the rate spec that `parms` starts with, or of the 64-bit
+/// attribute `kind64` of `options` when there is one.
+fn decode_rate(parms: &[u8], options: &[u8], kind64: u16) -> Option<u64> {
+    let rate32 = ne_u32_at(parms, 8)?;
+    Some(
+        attributes::find(options, kind64)
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map_or(u64::from(rate32), u64::from_ne_bytes),
+    )
+}
+
 /// The tcmsg header and attributes of one raw reply.
 struct RawTc<'a> {
     ifindex: u32,
@@ -572,9 +595,9 @@ fn split_tc(raw: &[u8]) -> Option<RawTc<'_>> {
     let tcmsg = raw.get(NETLINK_HEADER_LEN..NETLINK_HEADER_LEN + TCMSG_LEN)?;
     Some(RawTc {
         ifindex: u32::try_from(i32::from_ne_bytes(tcmsg.get(4..8)?.try_into().ok()?)).ok()?,
-        handle: ne_u32(tcmsg.get(8..12)?)?,
-        parent: ne_u32(tcmsg.get(12..16)?)?,
-        info: ne_u32(tcmsg.get(16..20)?)?,
+        handle: ne_u32_at(tcmsg, 8)?,
+        parent: ne_u32_at(tcmsg, 12)?,
+        info: ne_u32_at(tcmsg, 16)?,
         attributes: raw.get(NETLINK_HEADER_LEN + TCMSG_LEN..)?,
     })
 }
@@ -642,7 +665,7 @@ fn mirred_redirect(action: &[u8]) -> Option<u32> {
     }
     let eaction = i32::from_ne_bytes(parms.get(20..24)?.try_into().ok()?);
     (eaction == TCA_EGRESS_REDIR)
-        .then(|| ne_u32(parms.get(24..28)?))
+        .then(|| ne_u32_at(parms, 24))
         .flatten()
 }
 
@@ -666,6 +689,8 @@ mod tests {
         ] {
             let bytes = tbf.encode();
             assert_eq!(Tbf::decode(&bytes), Some(tbf));
+            let qopt = attributes::find(&bytes, TCA_TBF_PARMS).unwrap();
+            assert_eq!(qopt.len(), TBF_QOPT_LEN);
             // PARMS alone, or PARMS and RATE64.
             let kinds: Vec<u16> = attributes::attributes(&bytes).map(|(k, _)| k).collect();
             let expected: &[u16] = if tbf.rate > u64::from(u32::MAX) {
@@ -689,10 +714,17 @@ mod tests {
             cbuffer: 2,
             quantum: 3,
         };
-        let kinds: Vec<u16> = attributes::attributes(&class.encode())
-            .map(|(k, _)| k)
-            .collect();
+        let bytes = class.encode();
+        let kinds: Vec<u16> = attributes::attributes(&bytes).map(|(k, _)| k).collect();
         assert_eq!(kinds, [TCA_HTB_PARMS, TCA_HTB_RATE64]);
+        let opt = attributes::find(&bytes, TCA_HTB_PARMS).unwrap();
+        assert_eq!(opt.len(), HTB_OPT_LEN);
+        // rate ~0 (carried by RATE64), ceil, then buffer, cbuffer, quantum.
+        let words: Vec<u32> = [8, RATESPEC_LEN + 8, 24, 28, 32]
+            .into_iter()
+            .map(|at| ne_u32_at(opt, at).unwrap())
+            .collect();
+        assert_eq!(words, [u32::MAX, 1000, 1, 2, 3]);
     }
 
     #[test]

@@ -35,8 +35,10 @@ use ipnetwork::IpNetwork;
 use libcni::iface;
 use libcni::invoke::{Delegator, Exec, InvokeError};
 use libcni::logging;
+use libcni::netlink::sublink_plugin::{self, IpamCallError};
 use libcni::netlink::{format_mac, LinkInfo, OperState, RouteSocket};
 use libcni::netns::NetNs;
+use libcni::rollback::VethAdd;
 use libcni::skel::CmdArgs;
 use libcni::sysctl;
 use libcni::types::v100;
@@ -49,7 +51,7 @@ use crate::config::{BridgeConf, MasqBackend};
 use crate::container::{self, EarlySysctls, InterfaceSysctls};
 use crate::error::BridgeError;
 use crate::gateway;
-use crate::rollback::{Rollback, Undo};
+use crate::rollback::{BridgeUndo, Rollback, Undo};
 use crate::rules::{AttachmentRules, Masquerade, SpoofCheck};
 use crate::vlan::{apply_port_vlans, NetlinkVlans, PortVlans};
 
@@ -132,7 +134,7 @@ pub fn add<E: Exec>(
     match attach.run() {
         Ok(result) => Ok(result),
         Err(error) => {
-            attach.undo_all();
+            attach.roll_back();
             Err(error)
         }
     }
@@ -206,7 +208,8 @@ impl<'a, E: Exec> Attach<'a, E> {
             format_mac(&veth.container.mac)
         );
         if conf.mac_spoof_check {
-            self.rollback.push(Undo::TeardownSpoofCheck);
+            self.rollback
+                .push(Undo::Own(BridgeUndo::TeardownSpoofCheck));
             self.rules.setup_spoof_check(&SpoofCheck {
                 host_veth: &veth.host.name,
                 container_mac: &format_mac(&veth.container.mac),
@@ -219,20 +222,18 @@ impl<'a, E: Exec> Attach<'a, E> {
 
     /// IPAM ADD; the lease is released on rollback.
     fn allocate(&mut self) -> Result<v100::Result, BridgeError> {
-        let plugin = self.ipam_type().to_string();
+        let plugin = self.conf.ipam_type.as_deref().unwrap_or_default();
         let allocated = self
             .ipam
-            .add(&plugin, self.args.conf.bytes())
-            .map_err(|source| BridgeError::Ipam {
-                action: "IPAM ADD with",
-                plugin: plugin.clone(),
-                source,
-            })?;
+            .add(plugin, self.args.conf.bytes())
+            .map_err(|source| IpamCallError::new("IPAM ADD with", plugin, source))?;
         self.rollback.push(Undo::ReleaseIpam);
-        let result = v100::Result::try_from(allocated).map_err(|e| BridgeError::Ipam {
-            action: "cannot convert the result of",
-            plugin,
-            source: InvokeError::Result(e),
+        let result = v100::Result::try_from(allocated).map_err(|e| {
+            IpamCallError::new(
+                "cannot convert the result of",
+                plugin,
+                InvokeError::Result(e),
+            )
         })?;
         if result.ips.is_empty() {
             return Err(BridgeError::IpamNoIps);
@@ -544,45 +545,35 @@ impl<'a, E: Exec> Attach<'a, E> {
             pause = (pause * 2).min(PORT_UP_MAX_PAUSE);
         }
     }
+}
 
-    /// Undoes the recorded changes; failures are logged, the error that
-    /// caused the rollback is what the caller reports.
-    fn undo_all(&mut self) {
-        let rollback = std::mem::take(&mut self.rollback);
-        let failures = rollback.unwind(|step| self.undo(step));
-        for (step, error) in failures {
-            log::warn!("rollback: {step} failed: {error}");
-        }
+/// What undoing ADD's steps needs from it.
+impl<E: Exec> VethAdd for Attach<'_, E> {
+    type Own = BridgeUndo;
+    type Error = BridgeError;
+
+    fn rollback(&mut self) -> &mut Rollback {
+        &mut self.rollback
     }
 
-    fn undo(&mut self, step: Undo) -> Result<(), BridgeError> {
-        log::debug!("rolling back: {step}");
+    fn host_socket(&mut self) -> &mut RouteSocket {
+        &mut self.host
+    }
+
+    fn release_lease(&mut self) -> Result<(), BridgeError> {
+        let plugin = self.ipam_type();
+        Ok(sublink_plugin::ipam_del(self.args, self.ipam, plugin)?)
+    }
+
+    fn teardown_masquerade(&mut self, ips: &[IpNetwork]) -> Result<(), BridgeError> {
+        self.rules.teardown_masquerade(&self.masquerade(ips))
+    }
+
+    fn undo_own(&mut self, step: BridgeUndo) -> Result<(), BridgeError> {
         match step {
-            Undo::DeleteVeth {
-                host_index,
-                host_name,
-            } => match self.host.delete_link(host_index) {
-                Err(e) if !e.is_not_found() => {
-                    Err(e.context(format!("delete veth {host_name:?}")).into())
-                }
-                _ => Ok(()),
-            },
-            Undo::ReleaseIpam => {
-                let plugin = self.ipam_type().to_string();
-                self.ipam
-                    .del(&plugin, self.args.conf.bytes())
-                    .map_err(|source| BridgeError::Ipam {
-                        action: "IPAM DEL with",
-                        plugin,
-                        source,
-                    })
-            }
-            Undo::TeardownSpoofCheck => self
+            BridgeUndo::TeardownSpoofCheck => self
                 .rules
                 .teardown_spoof_check(&self.args.container_id, &self.args.ifname),
-            Undo::TeardownMasquerade { ips } => {
-                self.rules.teardown_masquerade(&self.masquerade(&ips))
-            }
         }
     }
 }

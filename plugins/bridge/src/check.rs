@@ -16,6 +16,7 @@
 
 use libcni::iface;
 use libcni::invoke::{Delegator, Exec};
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -37,11 +38,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), BridgeE
     let netns = open_netns(&args.netns)?;
     if let Some(plugin) = &conf.ipam_type {
         ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| BridgeError::Ipam {
-                action: "IPAM CHECK with",
-                plugin: plugin.clone(),
-                source,
-            })?;
+            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
     }
     let prev = args
         .conf

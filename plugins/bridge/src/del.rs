@@ -22,9 +22,10 @@ use std::thread;
 
 use ipnetwork::IpNetwork;
 use libcni::invoke::{Delegator, Exec};
+use libcni::netlink::sublink_plugin;
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
-use libcni::types::v100;
+use libcni::veth;
 
 use crate::add::{container_socket, open_netns};
 use crate::background::Background;
@@ -52,15 +53,11 @@ pub fn del<E: Exec>(
             Err(e) => interface_error = Some(e),
         }
     }
-    let mut ips = interface
+    let on_link = interface
         .as_ref()
         .map(|found| found.addresses.clone())
         .unwrap_or_default();
-    for ip in prev_result_ips(args) {
-        if !ips.contains(&ip) {
-            ips.push(ip);
-        }
-    }
+    let ips = veth::addresses_for_del(on_link, args);
 
     thread::scope(|scope| {
         // Parking the veth and IPAM DEL (a process of its own) depend
@@ -70,12 +67,7 @@ pub fn del<E: Exec>(
             interface.map(|found| Background::start(scope, "link-delete", move || found.delete()));
         let released = conf.ipam_type.as_deref().map(|plugin| {
             Background::start(scope, "ipam-del", move || {
-                ipam.del(plugin, args.conf.bytes())
-                    .map_err(|source| BridgeError::Ipam {
-                        action: "IPAM DEL with",
-                        plugin: plugin.to_string(),
-                        source,
-                    })
+                sublink_plugin::ipam_del(args, ipam, plugin).map_err(BridgeError::from)
             })
         });
 
@@ -247,23 +239,4 @@ fn find_container_interface(
         parked,
         addresses,
     }))
-}
-
-/// The container's addresses per the prevResult, if there is a usable one.
-fn prev_result_ips(args: &CmdArgs) -> Vec<IpNetwork> {
-    let prev = match args.conf.prev_result() {
-        Ok(Some(prev)) => prev,
-        Ok(None) => return Vec::new(),
-        Err(e) => {
-            log::warn!("ignoring the prevResult: {e}");
-            return Vec::new();
-        }
-    };
-    match v100::Result::try_from(prev) {
-        Ok(prev) => prev.ips.into_iter().map(|ip| ip.address).collect(),
-        Err(e) => {
-            log::warn!("ignoring the prevResult: {e}");
-            Vec::new()
-        }
-    }
 }

@@ -11,8 +11,8 @@
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::iface::IfaceError;
-use libcni::invoke::InvokeError;
 use libcni::ipmasq::IpMasqError;
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::netlink::NetlinkError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
@@ -52,13 +52,8 @@ pub enum BridgeError {
     Veth(#[from] VethError),
     #[error("failed to read random bytes for the host veth name: {0}")]
     Random(#[source] std::io::Error),
-    #[error("{action} {plugin:?}: {source}")]
-    Ipam {
-        action: &'static str,
-        plugin: String,
-        #[source]
-        source: InvokeError,
-    },
+    #[error(transparent)]
+    Ipam(#[from] IpamCallError),
     #[error("IPAM plugin returned missing IP config")]
     IpamNoIps,
     #[error("{0:?} already has an IP address different from {1}")]
@@ -124,12 +119,7 @@ impl ToCniError for BridgeError {
             BridgeError::Vlan(e) => e.to_cni_error(),
             BridgeError::Veth(e) => e.to_cni_error(),
             BridgeError::Iface(e) => e.to_cni_error(),
-            // The delegate's own error object, code and all, when it
-            // printed one.
-            BridgeError::Ipam { source, .. } => match source.plugin_error() {
-                Some(e) => e.clone(),
-                None => CniError::new(source.to_cni_error().code, self.to_string()),
-            },
+            BridgeError::Ipam(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             BridgeError::Several(list) => list.to_cni_error(),
             // The host or the IPAM plugin in a state ADD cannot work with,

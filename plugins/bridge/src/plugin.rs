@@ -1,6 +1,7 @@
 //! The plugin's verbs, wired to the skeleton.
 
 use libcni::invoke::{Delegator, Exec, RawExec};
+use libcni::netlink::sublink_plugin::IpamCallError;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::types::AnyResult;
 
@@ -60,11 +61,7 @@ impl<E: Exec, R: AttachmentRules> Plugin for BridgePlugin<E, R> {
         }
         if let Some(plugin) = &conf.ipam_type {
             if let Err(source) = self.ipam.gc(plugin, args.conf.bytes()) {
-                errors.push(BridgeError::Ipam {
-                    action: "IPAM GC with",
-                    plugin: plugin.clone(),
-                    source,
-                });
+                errors.push(IpamCallError::new("IPAM GC with", plugin, source).into());
             }
         }
         BridgeError::from_many(errors).map_or(Ok(()), Err)
@@ -77,11 +74,7 @@ impl<E: Exec, R: AttachmentRules> Plugin for BridgePlugin<E, R> {
             Some(plugin) => self
                 .ipam
                 .status(plugin, args.conf.bytes())
-                .map_err(|source| BridgeError::Ipam {
-                    action: "IPAM STATUS with",
-                    plugin: plugin.clone(),
-                    source,
-                }),
+                .map_err(|source| IpamCallError::new("IPAM STATUS with", plugin, source).into()),
             None => Ok(()),
         }
     }

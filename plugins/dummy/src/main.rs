@@ -21,18 +21,15 @@
 //! message); the plugin has no keys of its own, and `dns` is not read.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
 use libcni::iface::{check_interface_ips, check_mac, check_routes, configure_iface, Announce};
 use libcni::invoke::{Delegator, Exec, RawExec};
 use libcni::netlink::standalone_link::{StandaloneKind, StandaloneLink, StandaloneLinkError};
-use libcni::netlink::sublink::DeleteError;
-use libcni::netlink::sublink_plugin::{self, CheckError, ContainerNetNsError, IpamCallError};
-use libcni::netlink::{LinkInfo, NetlinkError, RouteSocket};
+use libcni::netlink::sublink_plugin::{self, CheckError, StepError};
+use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::plugin_conf::ConfError;
 use libcni::skel::{self, CmdArgs, Plugin};
-use libcni::types::{v100, AnyResult, ResultError};
-use libcni::version::SpecVersion;
+use libcni::types::{v100, AnyResult};
 
 const KIND: StandaloneKind = StandaloneKind::Dummy;
 
@@ -43,30 +40,19 @@ enum DummyError {
     #[error(transparent)]
     Conf(#[from] ConfError),
     #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error(transparent)]
     Create(#[from] StandaloneLinkError),
     #[error("dummy {0:?} is not in the container right after its creation")]
     Vanished(String),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
-    #[error(transparent)]
-    Check(#[from] CheckError),
     #[error("Interface {0} is down")]
     Down(String),
+    /// What the shared steps report ([`StepError`]).
     #[error(transparent)]
-    Delete(#[from] DeleteError),
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
+
+libcni::sublink_step_errors!(DummyError);
 
 impl ToCniError for DummyError {
     fn to_cni_error(&self) -> CniError {
@@ -75,19 +61,13 @@ impl ToCniError for DummyError {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
             DummyError::Conf(e) => e.to_cni_error(),
-            DummyError::NetNs(e) => e.to_cni_error(),
             DummyError::Create(e) => e.to_cni_error(),
-            DummyError::Ipam(e) => e.to_cni_error(),
-            DummyError::Iface(e) => e.to_cni_error(),
-            DummyError::Check(e) => e.to_cni_error(),
-            DummyError::Delete(e) => e.to_cni_error(),
-            DummyError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            DummyError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             DummyError::Several(list) => list.to_cni_error(),
-            DummyError::Netlink(_)
-            | DummyError::Vanished(_)
-            | DummyError::IpamNoIps
-            | DummyError::Down(_) => CniError::new(ErrorCode::Internal, self.to_string()),
+            DummyError::Vanished(_) | DummyError::Down(_) => {
+                CniError::new(ErrorCode::Internal, self.to_string())
+            }
         }
     }
 }
@@ -141,14 +121,7 @@ impl<E: Exec> Plugin for Dummy<E> {
     fn check(&self, args: &CmdArgs) -> Result<(), DummyError> {
         let plugin = required_ipam(args)?;
         let netns = sublink_plugin::open_container_netns(&args.netns)?;
-        self.ipam
-            .check(plugin, args.conf.bytes())
-            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
-        let prev = args
-            .conf
-            .prev_result()?
-            .ok_or(CheckError::PrevResultMissing)?;
-        let prev = v100::Result::try_from(prev).map_err(DummyError::PrevResult)?;
+        let prev = sublink_plugin::check_start::<_, DummyError>(args, &self.ipam, Some(plugin))?;
         let expected = sublink_plugin::expected_interface(&prev, args)?;
 
         let mut container = RouteSocket::open_in(&netns)?;
@@ -213,21 +186,10 @@ impl<E: Exec> Attach<'_, E> {
         let allocated =
             sublink_plugin::ipam_add(self.args, self.ipam, self.plugin, "IPAM ADD with")?;
         if allocated.ips.is_empty() {
-            return Err(DummyError::IpamNoIps);
+            return Err(StepError::IpamNoIps.into());
         }
         let mut result = allocated;
-        result.interfaces = vec![v100::Interface {
-            name: ifname.clone(),
-            mac: link.mac_string(),
-            // `interfaces[].mtu` is new in spec 1.1.0.
-            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
-                link.mtu
-            } else {
-                0
-            },
-            sandbox: self.args.netns.clone(),
-            ..v100::Interface::default()
-        }];
+        result.interfaces = vec![sublink_plugin::container_interface(self.args, &link)];
         for ip in &mut result.ips {
             ip.interface = Some(0);
         }

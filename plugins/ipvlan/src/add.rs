@@ -4,10 +4,10 @@
 //!    prevResult decoded, and the source of the addresses settled: IPAM,
 //!    or without `ipam.type` the prevResult's IPs (ipvlan chained behind
 //!    another plugin); with neither, ADD fails here.
-//! 2. The master is found ([`find_master`]) and the MTU checked.
+//! 2. The master is found ([`MasterSide::find_master`]) and the MTU checked.
 //! 3. The ipvlan is made under a temporary name straight into the
 //!    container and renamed to `CNI_IFNAME` there
-//!    ([`create_in_container`]).
+//!    ([`MasterSide::create`]).
 //! 4. IPAM ADD when configured; then the addresses, ARP/ND notify, the
 //!    link up and the routes ([`configure_iface`]).
 //!
@@ -16,30 +16,15 @@
 //! also after a failed IPAM ADD, which may have reserved part of what it
 //! was asked for).
 
-use std::os::fd::AsFd;
-
 use libcni::iface::Announce;
 use libcni::invoke::{Delegator, Exec};
-use libcni::netlink::sublink::{
-    create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkKind,
-};
-use libcni::netlink::sublink_plugin::{self, NewSubLink};
-use libcni::netlink::{LinkInfo, RouteSocket};
+use libcni::netlink::sublink::{ContainerSubLink, SubLinkKind};
+use libcni::netlink::sublink_plugin::{self, MasterSide, NewSubLink, StepError};
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
 
 use crate::config::{ConfigError, IpvlanConf};
 use crate::error::IpvlanError;
-
-/// The prevResult in the 1.x layout, if the configuration has one.
-pub fn prev_result(args: &CmdArgs) -> Result<Option<v100::Result>, IpvlanError> {
-    match args.conf.prev_result()? {
-        Some(prev) => v100::Result::try_from(prev)
-            .map(Some)
-            .map_err(IpvlanError::PrevResult),
-        None => Ok(None),
-    }
-}
 
 /// The master's name: `master`, else the prevResult's single named
 /// interface when chained, else `None` (the default route's link).
@@ -59,27 +44,9 @@ pub fn master_name(
     }
 }
 
-/// The master, looked up through `socket` (the host's, or the
-/// container's with `linkInContainer`).
-pub fn find_master(
-    name: Option<&str>,
-    in_container: bool,
-    socket: &mut RouteSocket,
-) -> Result<LinkInfo, IpvlanError> {
-    match name {
-        Some(name) => socket
-            .link_by_name(name)?
-            .ok_or_else(|| IpvlanError::MasterNotFound {
-                master: name.to_string(),
-                in_container,
-            }),
-        None => default_route_link(socket)?.ok_or(IpvlanError::NoDefaultRoute { in_container }),
-    }
-}
-
 pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result, IpvlanError> {
     let conf = IpvlanConf::from_conf(&args.conf)?;
-    let prev = prev_result(args)?;
+    let prev = sublink_plugin::prev_result::<IpvlanError>(args)?;
     let chained_ips = match (&conf.ipam_type, &prev) {
         (Some(_), _) => None,
         (None, Some(prev)) if !prev.ips.is_empty() => Some(prev.clone()),
@@ -87,16 +54,8 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
     };
     let master_name = master_name(&conf, prev.as_ref())?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    let mut container = RouteSocket::open_in(&netns)?;
-    let mut host = if conf.link_in_container {
-        None
-    } else {
-        Some(RouteSocket::open_current()?)
-    };
-    let master = match host.as_mut() {
-        Some(host) => find_master(master_name.as_deref(), false, host)?,
-        None => find_master(master_name.as_deref(), true, &mut container)?,
-    };
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    let master = side.find_master(master_name.as_deref())?;
     let spec = ContainerSubLink {
         ifname: &args.ifname,
         parent: master.index,
@@ -104,14 +63,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         mtu: conf.check_mtu(master.mtu)?,
         mac: None,
     };
-    let creator = match host.as_mut() {
-        Some(socket) => Creator::Outside {
-            socket,
-            container_netns: netns.as_fd(),
-        },
-        None => Creator::Inside,
-    };
-    let link = create_in_container(creator, &mut container, &spec)?;
+    let link = side.create(&netns, &spec)?;
     log::info!(
         "created ipvlan {} (mode {}) on master {} in the container",
         args.ifname,
@@ -124,7 +76,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         master.name
     );
 
-    let mut new = NewSubLink::new(args, ipam, &netns, container, link);
+    let mut new = NewSubLink::new(args, ipam, &netns, side.into_container(), link);
     attach(&mut new, &conf, chained_ips).inspect_err(|_| new.undo())
 }
 
@@ -141,7 +93,7 @@ fn attach<E: Exec>(
         (None, None) => return Err(ConfigError::NoAddressSource.into()),
     };
     if source.ips.is_empty() {
-        return Err(IpvlanError::IpamNoIps);
+        return Err(StepError::IpamNoIps.into());
     }
     Ok(new.configure(source, Announce { notify: true }, &conf.dns)?)
 }

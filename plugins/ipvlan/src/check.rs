@@ -12,32 +12,26 @@
 use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
-use libcni::netlink::RouteSocket;
+use libcni::netlink::sublink_plugin::{self, MasterSide};
 use libcni::skel::CmdArgs;
 
-use crate::add::{find_master, prev_result};
 use crate::config::IpvlanConf;
 use crate::error::IpvlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), IpvlanError> {
     let conf = IpvlanConf::from_conf(&args.conf)?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    if let Some(plugin) = &conf.ipam_type {
-        ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
-    }
-    let prev = prev_result(args)?.ok_or(CheckError::PrevResultMissing)?;
+    let prev =
+        sublink_plugin::check_start::<_, IpvlanError>(args, ipam, conf.ipam_type.as_deref())?;
     let expected = sublink_plugin::expected_interface(&prev, args)?;
 
-    let mut container = RouteSocket::open_in(&netns)?;
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    // Without `master` ADD found it from the prevResult or the default
+    // route, which may have changed since: nothing to hold it to.
     if let Some(master) = &conf.master {
-        if conf.link_in_container {
-            find_master(Some(master), true, &mut container)?;
-        } else {
-            find_master(Some(master), false, &mut RouteSocket::open_current()?)?;
-        }
+        side.find_master(Some(master))?;
     }
+    let mut container = side.into_container();
     let (found, mode) = sublink_plugin::read_back::<_, IpvlanError>(
         &mut container,
         &args.ifname,

@@ -21,6 +21,7 @@
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
 use libcni::netlink::sublink::IpVlanMode;
+use libcni::netlink::sublink_plugin::conf::{self as sublink_conf, MtuOutOfRange};
 use libcni::plugin_conf::PluginConf;
 use libcni::types::Dns;
 use serde::Deserialize;
@@ -38,8 +39,8 @@ pub enum ConfigError {
     Decode(#[source] serde_json::Error),
     #[error("unknown ipvlan mode: {0:?} (must be l2, l3 or l3s)")]
     UnknownMode(String),
-    #[error("invalid MTU {mtu}, must be [0, master MTU({master_mtu})]")]
-    MtuOutOfRange { mtu: i64, master_mtu: u32 },
+    #[error(transparent)]
+    MtuOutOfRange(#[from] MtuOutOfRange),
     #[error("chained master failure. PrevResult lacks a single named interface")]
     ChainedMaster,
     #[error("no addresses for the ipvlan link: set \"ipam\", or chain the plugin behind one whose result has IPs")]
@@ -49,9 +50,9 @@ pub enum ConfigError {
 impl ToCniError for ConfigError {
     fn to_cni_error(&self) -> CniError {
         match self {
+            ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
             ConfigError::Decode(_)
             | ConfigError::UnknownMode(_)
-            | ConfigError::MtuOutOfRange { .. }
             | ConfigError::ChainedMaster
             | ConfigError::NoAddressSource => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
@@ -95,25 +96,14 @@ impl IpvlanConf {
             mode: parse_mode(keys.mode.as_deref().unwrap_or_default())?,
             mtu: keys.mtu.unwrap_or(0),
             link_in_container: keys.link_in_container.unwrap_or(false),
-            ipam_type: conf
-                .ipam
-                .as_ref()
-                .map(|ipam| ipam.ipam_type.clone())
-                .filter(|t| !t.is_empty()),
+            ipam_type: sublink_conf::ipam_type(conf).map(str::to_string),
             dns: conf.dns.clone(),
         })
     }
 
     /// The MTU to ask for, checked against the parent's: `None` inherits.
     pub fn check_mtu(&self, master_mtu: u32) -> Result<Option<u32>, ConfigError> {
-        match u32::try_from(self.mtu) {
-            Ok(0) => Ok(None),
-            Ok(mtu) if mtu <= master_mtu => Ok(Some(mtu)),
-            _ => Err(ConfigError::MtuOutOfRange {
-                mtu: self.mtu,
-                master_mtu,
-            }),
-        }
+        Ok(sublink_conf::check_mtu(self.mtu, master_mtu)?)
     }
 }
 

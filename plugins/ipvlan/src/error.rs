@@ -11,12 +11,9 @@
 //!   the kernel refused: 999, with a message naming what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
-use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
-use libcni::netlink::NetlinkError;
+use libcni::netlink::sublink::SubLinkError;
+use libcni::netlink::sublink_plugin::{MasterError, StepError};
 use libcni::plugin_conf::ConfError;
-use libcni::types::ResultError;
 
 use crate::config::ConfigError;
 
@@ -27,29 +24,14 @@ pub enum IpvlanError {
     #[error(transparent)]
     Conf(#[from] ConfError),
     #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error("no default route interface found{}; set \"master\"", if *.in_container { " in the container" } else { "" })]
-    NoDefaultRoute { in_container: bool },
-    #[error("failed to lookup master {master:?}: no such link{}", if *.in_container { " in the container" } else { "" })]
-    MasterNotFound { master: String, in_container: bool },
+    Master(#[from] MasterError),
     #[error(transparent)]
     SubLink(#[from] SubLinkError),
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
-    #[error(transparent)]
-    Check(#[from] CheckError),
     #[error("Container IPVlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
+    /// What the shared steps report ([`StepError`]).
     #[error(transparent)]
-    Delete(#[from] DeleteError),
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
@@ -62,27 +44,20 @@ impl IpvlanError {
     }
 }
 
+libcni::sublink_step_errors!(IpvlanError);
+
 impl ToCniError for IpvlanError {
     fn to_cni_error(&self) -> CniError {
         let internal = || CniError::new(ErrorCode::Internal, self.to_string());
         match self {
             IpvlanError::Config(e) => e.to_cni_error(),
             IpvlanError::Conf(e) => e.to_cni_error(),
-            IpvlanError::NetNs(e) => e.to_cni_error(),
-            IpvlanError::NoDefaultRoute { .. } | IpvlanError::MasterNotFound { .. } => {
-                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
-            }
+            IpvlanError::Master(e) => e.to_cni_error(),
             IpvlanError::SubLink(e) => e.to_cni_error(),
-            IpvlanError::Iface(e) => e.to_cni_error(),
-            IpvlanError::Delete(e) => e.to_cni_error(),
-            IpvlanError::Ipam(e) => e.to_cni_error(),
-            IpvlanError::Check(e) => e.to_cni_error(),
-            IpvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            IpvlanError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             IpvlanError::Several(list) => list.to_cni_error(),
-            IpvlanError::Netlink(_) | IpvlanError::IpamNoIps | IpvlanError::ModeMismatch { .. } => {
-                internal()
-            }
+            IpvlanError::ModeMismatch { .. } => internal(),
         }
     }
 }

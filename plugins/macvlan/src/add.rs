@@ -7,7 +7,7 @@
 //!    container, and the MTU checked against it.
 //! 3. The macvlan is made under a temporary name straight into the
 //!    container and renamed to `CNI_IFNAME` there
-//!    ([`create_in_container`]).
+//!    ([`MasterSide::create`]).
 //! 4. Layer 3: IPAM ADD, then the addresses, ARP/ND notify, the link up
 //!    and the routes ([`configure_iface`]). Layer 2: the link up.
 //!
@@ -16,52 +16,25 @@
 //! also after a failed IPAM ADD, which may have reserved part of what it
 //! was asked for).
 
-use std::os::fd::AsFd;
-
 use nix::errno::Errno;
 
 use libcni::iface::Announce;
 use libcni::invoke::{Delegator, Exec};
-use libcni::netlink::sublink::{
-    create_in_container, default_route_link, ContainerSubLink, Creator, SubLinkError, SubLinkKind,
-};
-use libcni::netlink::sublink_plugin::{self, NewSubLink};
-use libcni::netlink::{LinkInfo, RouteSocket};
+use libcni::netlink::sublink::{ContainerSubLink, SubLinkError, SubLinkKind};
+use libcni::netlink::sublink_plugin::{self, MasterSide, NewSubLink, StepError};
+use libcni::netlink::LinkInfo;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
 
 use crate::config::{mode_name, MacvlanConf};
 use crate::error::MacvlanError;
 
-/// The master, looked up through `socket` (the host's, or the
-/// container's with `linkInContainer`).
-pub fn find_master(conf: &MacvlanConf, socket: &mut RouteSocket) -> Result<LinkInfo, MacvlanError> {
-    let in_container = conf.link_in_container;
-    match &conf.master {
-        Some(name) => socket
-            .link_by_name(name)?
-            .ok_or_else(|| MacvlanError::MasterNotFound {
-                master: name.clone(),
-                in_container,
-            }),
-        None => default_route_link(socket)?.ok_or(MacvlanError::NoDefaultRoute { in_container }),
-    }
-}
-
 pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result, MacvlanError> {
     let conf = MacvlanConf::from_conf(&args.conf, &args.args)?;
     conf.check_result_expressible()?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    let mut container = RouteSocket::open_in(&netns)?;
-    let mut host = if conf.link_in_container {
-        None
-    } else {
-        Some(RouteSocket::open_current()?)
-    };
-    let master = match host.as_mut() {
-        Some(host) => find_master(&conf, host)?,
-        None => find_master(&conf, &mut container)?,
-    };
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    let master = side.find_master(conf.master.as_deref())?;
     let spec = ContainerSubLink {
         ifname: &args.ifname,
         parent: master.index,
@@ -72,14 +45,8 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         mtu: conf.check_mtu(master.mtu)?,
         mac: conf.mac.as_ref().map(|m| m.as_slice()),
     };
-    let creator = match host.as_mut() {
-        Some(socket) => Creator::Outside {
-            socket,
-            container_netns: netns.as_fd(),
-        },
-        None => Creator::Inside,
-    };
-    let link = create_in_container(creator, &mut container, &spec)
+    let link = side
+        .create(&netns, &spec)
         .map_err(|e| master_refused(e, &conf, &master))?;
     log::info!(
         "created macvlan {} (mode {}, MAC {}) on master {} in the container",
@@ -89,7 +56,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         master.name
     );
 
-    let mut new = NewSubLink::new(args, ipam, &netns, container, link);
+    let mut new = NewSubLink::new(args, ipam, &netns, side.into_container(), link);
     attach(&mut new, &conf).inspect_err(|_| new.undo())
 }
 
@@ -103,7 +70,7 @@ fn attach<E: Exec>(
     };
     let lease = new.lease(plugin, "IPAM ADD with")?;
     if lease.ips.is_empty() {
-        return Err(MacvlanError::IpamNoIps);
+        return Err(StepError::IpamNoIps.into());
     }
     Ok(new.configure(lease, Announce { notify: true }, &conf.dns)?)
 }

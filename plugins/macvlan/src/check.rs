@@ -10,35 +10,22 @@
 use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
-use libcni::netlink::RouteSocket;
+use libcni::netlink::sublink_plugin::{self, MasterSide};
 use libcni::skel::CmdArgs;
-use libcni::types::v100;
 
-use crate::add::find_master;
 use crate::config::MacvlanConf;
 use crate::error::MacvlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), MacvlanError> {
     let conf = MacvlanConf::from_conf(&args.conf, &args.args)?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    if let Some(plugin) = &conf.ipam_type {
-        ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
-    }
-    let prev = args
-        .conf
-        .prev_result()?
-        .ok_or(CheckError::PrevResultMissing)?;
-    let prev = v100::Result::try_from(prev).map_err(MacvlanError::PrevResult)?;
+    let prev =
+        sublink_plugin::check_start::<_, MacvlanError>(args, ipam, conf.ipam_type.as_deref())?;
     let expected = sublink_plugin::expected_interface(&prev, args)?;
 
-    let mut container = RouteSocket::open_in(&netns)?;
-    if conf.link_in_container {
-        find_master(&conf, &mut container)?;
-    } else {
-        find_master(&conf, &mut RouteSocket::open_current()?)?;
-    }
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    side.find_master(conf.master.as_deref())?;
+    let mut container = side.into_container();
     let (found, mode) = sublink_plugin::read_back::<_, MacvlanError>(
         &mut container,
         &args.ifname,

@@ -21,11 +21,14 @@
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
-use libcni::mac_source::{pick_mac, InvalidMac};
+use libcni::mac_source::InvalidMac;
 use libcni::netlink::sublink::MacVlanMode;
+use libcni::netlink::sublink_plugin::conf::{
+    self as sublink_conf, Layer2ResultError, MtuOutOfRange, RuntimeMac, MAC_CNI_ARGS,
+};
 use libcni::plugin_conf::PluginConf;
 use libcni::types::Dns;
-use libcni::version::{ResultFamily, SpecVersion};
+use libcni::version::SpecVersion;
 use serde::Deserialize;
 
 /// The plugin's keys as Go's decoder folds them.
@@ -40,7 +43,7 @@ const SHAPE: Shape = Shape::Object(&[
 ]);
 
 /// `CNI_ARGS` keys the plugin reads.
-pub const CNI_ARGS_KEYS: [&str; 1] = ["MAC"];
+pub const CNI_ARGS_KEYS: [&str; 1] = MAC_CNI_ARGS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -52,10 +55,10 @@ pub enum ConfigError {
     InvalidMac(#[from] InvalidMac),
     #[error(transparent)]
     Args(#[from] ArgsError),
-    #[error("invalid MTU {mtu}, must be [0, master MTU({master_mtu})]")]
-    MtuOutOfRange { mtu: i64, master_mtu: u32 },
-    #[error("cannot convert: no valid IP addresses")]
-    ResultNotExpressible { version: SpecVersion },
+    #[error(transparent)]
+    MtuOutOfRange(#[from] MtuOutOfRange),
+    #[error(transparent)]
+    ResultNotExpressible(#[from] Layer2ResultError),
 }
 
 impl ToCniError for ConfigError {
@@ -63,16 +66,9 @@ impl ToCniError for ConfigError {
         match self {
             ConfigError::Args(e) => e.to_cni_error(),
             ConfigError::InvalidMac(e) => e.to_cni_error(),
-            ConfigError::ResultNotExpressible { version } => {
-                CniError::new(ErrorCode::IncompatibleVersion, self.to_string()).with_details(
-                    format!(
-                        "a result without IP addresses (no \"ipam\" type) has no CNI {version} form"
-                    ),
-                )
-            }
-            ConfigError::Decode(_)
-            | ConfigError::UnknownMode(_)
-            | ConfigError::MtuOutOfRange { .. } => {
+            ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
+            ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
+            ConfigError::Decode(_) | ConfigError::UnknownMode(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
         }
@@ -94,13 +90,7 @@ struct Keys {
     #[serde(default)]
     bcqueuelen: Option<u32>,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: Option<RuntimeKeys>,
-}
-
-#[derive(Deserialize)]
-struct RuntimeKeys {
-    #[serde(default)]
-    mac: Option<String>,
+    runtime_config: Option<RuntimeMac>,
 }
 
 /// The configuration as ADD and CHECK use it.
@@ -127,15 +117,10 @@ impl MacvlanConf {
             .map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
         let mode = parse_mode(keys.mode.as_deref().unwrap_or_default())?;
-        let runtime_mac = keys.runtime_config.and_then(|r| r.mac);
-        let mac = pick_mac(runtime_mac.as_deref(), args.get("MAC"), keys.mac.as_deref())?;
+        let mac = sublink_conf::container_mac(keys.runtime_config, &args, keys.mac.as_deref())?;
         // Its range is the parent's: checked once the parent is found.
         let mtu = keys.mtu.unwrap_or(0);
-        let ipam_type = conf
-            .ipam
-            .as_ref()
-            .map(|ipam| ipam.ipam_type.clone())
-            .filter(|t| !t.is_empty());
+        let ipam_type = sublink_conf::ipam_type(conf).map(str::to_string);
         let parsed = MacvlanConf {
             version: conf.cni_version,
             master: keys.master.filter(|m| !m.is_empty()),
@@ -157,24 +142,15 @@ impl MacvlanConf {
     /// A layer 2 result has no addresses, which 0.1.0 and 0.2.0 results
     /// cannot go without: ADD refuses before making anything.
     pub fn check_result_expressible(&self) -> Result<(), ConfigError> {
-        if !self.is_layer3() && self.version.family() == ResultFamily::V02 {
-            return Err(ConfigError::ResultNotExpressible {
-                version: self.version,
-            });
-        }
-        Ok(())
+        Ok(sublink_conf::check_result_expressible(
+            self.version,
+            self.is_layer3(),
+        )?)
     }
 
     /// The MTU to ask for, checked against the parent's: `None` inherits.
     pub fn check_mtu(&self, master_mtu: u32) -> Result<Option<u32>, ConfigError> {
-        match u32::try_from(self.mtu) {
-            Ok(0) => Ok(None),
-            Ok(mtu) if mtu <= master_mtu => Ok(Some(mtu)),
-            _ => Err(ConfigError::MtuOutOfRange {
-                mtu: self.mtu,
-                master_mtu,
-            }),
-        }
+        Ok(sublink_conf::check_mtu(self.mtu, master_mtu)?)
     }
 }
 

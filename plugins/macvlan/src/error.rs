@@ -14,12 +14,9 @@
 //!   the kernel refused: 999, with a message naming what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
-use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
-use libcni::netlink::NetlinkError;
+use libcni::netlink::sublink::SubLinkError;
+use libcni::netlink::sublink_plugin::{MasterError, StepError};
 use libcni::plugin_conf::ConfError;
-use libcni::types::ResultError;
 
 use crate::config::ConfigError;
 
@@ -30,13 +27,7 @@ pub enum MacvlanError {
     #[error(transparent)]
     Conf(#[from] ConfError),
     #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error("no default route interface found{}; set \"master\"", if *.in_container { " in the container" } else { "" })]
-    NoDefaultRoute { in_container: bool },
-    #[error("failed to lookup master {master:?}: no such link{}", if *.in_container { " in the container" } else { "" })]
-    MasterNotFound { master: String, in_container: bool },
+    Master(#[from] MasterError),
     #[error(transparent)]
     SubLink(#[from] SubLinkError),
     /// EINVAL on creation: the master cannot take a macvlan in this mode
@@ -49,20 +40,11 @@ pub enum MacvlanError {
         #[source]
         source: Box<SubLinkError>,
     },
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
-    #[error(transparent)]
-    Check(#[from] CheckError),
     #[error("Container macvlan mode {found} does not match expected value: {expected}")]
     ModeMismatch { found: String, expected: String },
+    /// What the shared steps report ([`StepError`]).
     #[error(transparent)]
-    Delete(#[from] DeleteError),
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
@@ -75,29 +57,23 @@ impl MacvlanError {
     }
 }
 
+libcni::sublink_step_errors!(MacvlanError);
+
 impl ToCniError for MacvlanError {
     fn to_cni_error(&self) -> CniError {
         let internal = || CniError::new(ErrorCode::Internal, self.to_string());
         match self {
             MacvlanError::Config(e) => e.to_cni_error(),
             MacvlanError::Conf(e) => e.to_cni_error(),
-            MacvlanError::NetNs(e) => e.to_cni_error(),
-            MacvlanError::NoDefaultRoute { .. }
-            | MacvlanError::MasterNotFound { .. }
-            | MacvlanError::MasterRefused { .. } => {
+            MacvlanError::MasterRefused { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
+            MacvlanError::Master(e) => e.to_cni_error(),
             MacvlanError::SubLink(e) => e.to_cni_error(),
-            MacvlanError::Iface(e) => e.to_cni_error(),
-            MacvlanError::Delete(e) => e.to_cni_error(),
-            MacvlanError::Ipam(e) => e.to_cni_error(),
-            MacvlanError::Check(e) => e.to_cni_error(),
-            MacvlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            MacvlanError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             MacvlanError::Several(list) => list.to_cni_error(),
-            MacvlanError::Netlink(_)
-            | MacvlanError::IpamNoIps
-            | MacvlanError::ModeMismatch { .. } => internal(),
+            MacvlanError::ModeMismatch { .. } => internal(),
         }
     }
 }

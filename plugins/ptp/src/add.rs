@@ -28,13 +28,16 @@
 //! its value after all the work is done, so tests can check the rollback
 //! of every step. Release builds do not contain the hook.
 
+use std::convert::Infallible;
+
 use ipnetwork::IpNetwork;
 use libcni::iface::{self, Announce, DAD_TIMEOUT};
 use libcni::invoke::{Delegator, Exec, InvokeError};
 use libcni::ipmasq;
-use libcni::netlink::sublink_plugin::{open_container_netns, IpamCallError};
+use libcni::netlink::sublink_plugin::{self, open_container_netns, IpamCallError, StepError};
 use libcni::netlink::{format_mac, RouteSocket};
 use libcni::netns::NetNs;
+use libcni::rollback::VethAdd;
 use libcni::skel::CmdArgs;
 use libcni::sysctl;
 use libcni::types::v100;
@@ -77,7 +80,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
     match attach.run() {
         Ok(result) => Ok(result),
         Err(error) => {
-            attach.undo_all();
+            attach.roll_back();
             Err(error)
         }
     }
@@ -189,7 +192,7 @@ impl<E: Exec> Attach<'_, E> {
             )
         })?;
         if result.ips.is_empty() {
-            return Err(PtpError::IpamNoIps);
+            return Err(StepError::IpamNoIps.into());
         }
         routing::check_gateways(&result.ips)?;
         Ok(result)
@@ -246,41 +249,37 @@ impl<E: Exec> Attach<'_, E> {
         )?;
         Ok(())
     }
+}
 
-    /// Undoes the recorded changes; failures are logged, the error that
-    /// caused the rollback is what the caller reports.
-    fn undo_all(&mut self) {
-        let rollback = std::mem::take(&mut self.rollback);
-        let failures = rollback.unwind(|step| self.undo(step));
-        for (step, error) in failures {
-            log::warn!("rollback: {step} failed: {error}");
-        }
+/// What undoing ADD's steps needs from it.
+impl<E: Exec> VethAdd for Attach<'_, E> {
+    type Own = Infallible;
+    type Error = PtpError;
+
+    fn rollback(&mut self) -> &mut Rollback {
+        &mut self.rollback
     }
 
-    fn undo(&mut self, step: Undo) -> Result<(), PtpError> {
-        log::debug!("rolling back: {step}");
-        match step {
-            Undo::DeleteVeth {
-                host_index,
-                host_name,
-            } => match self.host.delete_link(host_index) {
-                Err(e) if !e.is_not_found() => {
-                    Err(e.context(format!("delete veth {host_name:?}")).into())
-                }
-                _ => Ok(()),
-            },
-            Undo::ReleaseIpam => {
-                let plugin = self.conf.ipam_type.as_str();
-                self.ipam
-                    .del(plugin, self.args.conf.bytes())
-                    .map_err(|source| IpamCallError::new("IPAM DEL with", plugin, source).into())
-            }
-            Undo::TeardownMasquerade { ips } => Ok(ipmasq::teardown(
-                &self.conf.network,
-                &self.args.container_id,
-                &self.args.ifname,
-                &ips,
-            )?),
-        }
+    fn host_socket(&mut self) -> &mut RouteSocket {
+        &mut self.host
+    }
+
+    fn release_lease(&mut self) -> Result<(), PtpError> {
+        let plugin = &self.conf.ipam_type;
+        Ok(sublink_plugin::ipam_del(self.args, self.ipam, plugin)?)
+    }
+
+    fn teardown_masquerade(&mut self, ips: &[IpNetwork]) -> Result<(), PtpError> {
+        let (network, args) = (&self.conf.network, self.args);
+        Ok(ipmasq::teardown(
+            network,
+            &args.container_id,
+            &args.ifname,
+            ips,
+        )?)
+    }
+
+    fn undo_own(&mut self, step: Infallible) -> Result<(), PtpError> {
+        match step {}
     }
 }

@@ -10,7 +10,7 @@
 
 use libcni::iface;
 use libcni::invoke::{Delegator, Exec};
-use libcni::netlink::sublink_plugin::{self, open_container_netns, IpamCallError};
+use libcni::netlink::sublink_plugin::{self, open_container_netns, IpamCallError, StepError};
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
@@ -33,7 +33,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), PtpErro
         .conf
         .prev_result()?
         .ok_or_else(|| failed("ptp: Required prevResult missing".to_string()))?;
-    let prev = v100::Result::try_from(prev).map_err(PtpError::PrevResult)?;
+    let prev = v100::Result::try_from(prev).map_err(StepError::PrevResult)?;
 
     let expected = sublink_plugin::expected_interface(&prev, args)?;
     let mut container = RouteSocket::open_in(&netns)?;

@@ -19,6 +19,7 @@
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{self, fold_keys, Shape};
 use libcni::ipmasq::MasqBackend;
+use libcni::netlink::sublink_plugin::conf::ipam_type;
 use libcni::plugin_conf::{decode_with_path, PluginConf};
 use libcni::types::Dns;
 use libcni::version::SpecVersion;
@@ -117,7 +118,9 @@ impl PtpConf {
             Some("nftables") => Some(MasqBackend::Nftables),
             Some(other) => return Err(ConfigError::UnknownMasqBackend(other.to_string())),
         };
-        let ipam_type = ipam_type(conf).ok_or(ConfigError::IpamRequired)?;
+        let ipam_type = ipam_type(conf)
+            .map(str::to_string)
+            .ok_or(ConfigError::IpamRequired)?;
         Ok(PtpConf {
             network: conf.name.clone(),
             version: conf.cni_version,
@@ -147,16 +150,9 @@ impl TeardownConf {
         Ok(TeardownConf {
             network: conf.name.clone(),
             ip_masq: keys.ip_masq.unwrap_or(false),
-            ipam_type: ipam_type(conf),
+            ipam_type: ipam_type(conf).map(str::to_string),
         })
     }
-}
-
-fn ipam_type(conf: &PluginConf) -> Option<String> {
-    conf.ipam
-        .as_ref()
-        .map(|ipam| ipam.ipam_type.clone())
-        .filter(|t| !t.is_empty())
 }
 
 /// The configuration's DNS settings if it gives any, by the reference's

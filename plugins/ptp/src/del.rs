@@ -19,11 +19,11 @@ use libcni::invoke::{Delegator, Exec};
 use libcni::ipmasq;
 use libcni::netlink::retire;
 use libcni::netlink::sublink::DeleteError;
-use libcni::netlink::sublink_plugin::IpamCallError;
+use libcni::netlink::sublink_plugin;
 use libcni::netlink::RouteSocket;
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
-use libcni::types::v100;
+use libcni::veth;
 
 use crate::config::TeardownConf;
 use crate::error::PtpError;
@@ -35,22 +35,18 @@ pub fn del<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), PtpError>
     let conf = TeardownConf::from_conf(&args.conf)?;
     let mut errors: Vec<PtpError> = Vec::new();
 
-    let mut ips = Vec::new();
+    let mut on_link = Vec::new();
     if !args.netns.is_empty() {
         match delete_container_interface(&args.netns, &args.ifname) {
-            Ok(found) => ips = found,
+            Ok(found) => on_link = found,
             Err(e) => errors.push(e.into()),
         }
     }
-    for ip in prev_result_ips(args) {
-        if !ips.contains(&ip) {
-            ips.push(ip);
-        }
-    }
+    let ips = veth::addresses_for_del(on_link, args);
 
     if let Some(plugin) = &conf.ipam_type {
-        if let Err(source) = ipam.del(plugin, args.conf.bytes()) {
-            errors.push(IpamCallError::new("IPAM DEL with", plugin, source).into());
+        if let Err(e) = sublink_plugin::ipam_del(args, ipam, plugin) {
+            errors.push(e.into());
         }
     }
     if conf.ip_masq {
@@ -98,23 +94,4 @@ fn delete_container_interface(path: &str, ifname: &str) -> Result<Vec<IpNetwork>
     retire::retire(&netns, socket, link.index).map_err(failed)?;
     log::info!("deleted {ifname} and its veth peer in the host");
     Ok(addresses)
-}
-
-/// The container's addresses per the prevResult, if there is a usable one.
-fn prev_result_ips(args: &CmdArgs) -> Vec<IpNetwork> {
-    let prev = match args.conf.prev_result() {
-        Ok(Some(prev)) => prev,
-        Ok(None) => return Vec::new(),
-        Err(e) => {
-            log::warn!("ignoring the prevResult: {e}");
-            return Vec::new();
-        }
-    };
-    match v100::Result::try_from(prev) {
-        Ok(prev) => prev.ips.into_iter().map(|ip| ip.address).collect(),
-        Err(e) => {
-            log::warn!("ignoring the prevResult: {e}");
-            Vec::new()
-        }
-    }
 }

@@ -15,14 +15,11 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
 use libcni::ipmasq::IpMasqError;
-use libcni::netlink::sublink::DeleteError;
-use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
+use libcni::netlink::sublink_plugin::StepError;
 use libcni::netlink::NetlinkError;
 use libcni::plugin_conf::ConfError;
 use libcni::sysctl::SysctlError;
-use libcni::types::ResultError;
 use libcni::veth::VethError;
 
 use crate::config::ConfigError;
@@ -33,14 +30,6 @@ pub enum PtpError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Conf(#[from] ConfError),
-    #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
     /// ptp routes the container's subnet through the gateway, so an
     /// address without one cannot be set up.
     #[error("IPAM plugin returned {address} without a gateway; ptp routes every address through its gateway (set \"gateway\" in the IPAM configuration)")]
@@ -81,26 +70,18 @@ pub enum PtpError {
         #[source]
         source: NetlinkError,
     },
-    /// The container interface's addresses, routes and DAD (ADD), and
-    /// CHECK's findings about them and the MAC.
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
     #[error(transparent)]
     Masquerade(#[from] IpMasqError),
-    #[error(transparent)]
-    Delete(#[from] DeleteError),
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
     /// CHECK's findings, worded as in the reference.
     #[error("{0}")]
     Check(String),
-    /// CHECK found no interface of this sandbox in the prevResult.
-    #[error(transparent)]
-    Sandbox(#[from] CheckError),
     #[error("gateway {gateway} of {address} is not of the address's family")]
     GatewayFamily { gateway: IpAddr, address: IpNetwork },
     #[error("{0}")]
     Injected(String),
+    /// What the shared steps report ([`StepError`]).
+    #[error(transparent)]
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
@@ -113,24 +94,20 @@ impl PtpError {
     }
 }
 
+libcni::sublink_step_errors!(PtpError);
+
 impl ToCniError for PtpError {
     fn to_cni_error(&self) -> CniError {
         match self {
             // Each keeps the code its own type gives it.
             PtpError::Config(e) => e.to_cni_error(),
             PtpError::Conf(e) => e.to_cni_error(),
-            PtpError::NetNs(e) => e.to_cni_error(),
-            PtpError::Netlink(e) => e.to_cni_error(),
-            PtpError::Ipam(e) => e.to_cni_error(),
             PtpError::Veth(e) => e.to_cni_error(),
-            PtpError::Iface(e) => e.to_cni_error(),
             PtpError::Masquerade(e) => e.to_cni_error(),
-            PtpError::Delete(e) => e.to_cni_error(),
-            PtpError::Sandbox(e) => e.to_cni_error(),
             PtpError::Forwarding(e) => CniError::new(e.to_cni_error().code, self.to_string()),
+            PtpError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             PtpError::Several(list) => list.to_cni_error(),
-            PtpError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
             // The IPAM configuration gives addresses ptp cannot route.
             PtpError::NoGateway { .. } | PtpError::GatewayFamily { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
@@ -139,8 +116,7 @@ impl ToCniError for PtpError {
             // the kernel refusing a step, CHECK's findings and the
             // test-only injected failure: 999, as the reference reports
             // them.
-            PtpError::IpamNoIps
-            | PtpError::HostVethUp { .. }
+            PtpError::HostVethUp { .. }
             | PtpError::DeleteConnectedRoute { .. }
             | PtpError::AddRoute { .. }
             | PtpError::HostAddress { .. }

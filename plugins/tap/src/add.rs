@@ -24,12 +24,11 @@ use std::path::Path;
 use libcni::iface::{configure_iface, Announce};
 use libcni::invoke::{Delegator, Exec};
 use libcni::link_name;
-use libcni::netlink::sublink_plugin;
+use libcni::netlink::sublink_plugin::{self, StepError};
 use libcni::netlink::{LinkInfo, RouteSocket};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
-use libcni::version::SpecVersion;
 
 use crate::config::TapConf;
 use crate::error::TapError;
@@ -156,25 +155,14 @@ impl<E: Exec> Attach<'_, E> {
         );
 
         let mut result = v100::Result::new();
-        result.interfaces = vec![v100::Interface {
-            name: ifname.clone(),
-            mac: link.mac_string(),
-            // `interfaces[].mtu` is new in spec 1.1.0.
-            mtu: if self.args.version() >= SpecVersion::V1_1_0 {
-                link.mtu
-            } else {
-                0
-            },
-            sandbox: self.args.netns.clone(),
-            ..v100::Interface::default()
-        }];
+        result.interfaces = vec![sublink_plugin::container_interface(self.args, &link)];
         match &self.conf.ipam_type {
             Some(plugin) => {
                 self.lease_taken = true;
                 let allocated =
                     sublink_plugin::ipam_add(self.args, self.ipam, plugin, "IPAM ADD with")?;
                 if allocated.ips.is_empty() {
-                    return Err(TapError::IpamNoIps);
+                    return Err(StepError::IpamNoIps.into());
                 }
                 result.ips = allocated
                     .ips

@@ -9,10 +9,9 @@
 
 use libcni::iface::{check_interface_ips, check_mac, check_routes};
 use libcni::invoke::{Delegator, Exec};
-use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
+use libcni::netlink::sublink_plugin::{self, CheckError};
 use libcni::netlink::RouteSocket;
 use libcni::skel::CmdArgs;
-use libcni::types::v100;
 
 use crate::add::find_bridge;
 use crate::config::TapConf;
@@ -24,15 +23,7 @@ const TUN_KIND: &str = "tun";
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), TapError> {
     let conf = TapConf::from_conf(&args.conf, &args.args)?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    if let Some(plugin) = &conf.ipam_type {
-        ipam.check(plugin, args.conf.bytes())
-            .map_err(|source| IpamCallError::new("IPAM CHECK with", plugin, source))?;
-    }
-    let prev = args
-        .conf
-        .prev_result()?
-        .ok_or(CheckError::PrevResultMissing)?;
-    let prev = v100::Result::try_from(prev).map_err(TapError::PrevResult)?;
+    let prev = sublink_plugin::check_start::<_, TapError>(args, ipam, conf.ipam_type.as_deref())?;
     let expected = sublink_plugin::expected_interface(&prev, args)?;
 
     let mut container = RouteSocket::open_in(&netns)?;

@@ -25,10 +25,13 @@
 use libcni::args::{ArgsError, CniArgs};
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
-use libcni::mac_source::{pick_mac, InvalidMac};
+use libcni::mac_source::InvalidMac;
+use libcni::netlink::sublink_plugin::conf::{
+    self as sublink_conf, Layer2ResultError, RuntimeMac, MAC_CNI_ARGS,
+};
 use libcni::plugin_conf::PluginConf;
 use libcni::types::Dns;
-use libcni::version::{ResultFamily, SpecVersion};
+use libcni::version::SpecVersion;
 use serde::Deserialize;
 
 const SHAPE: Shape = Shape::Object(&[
@@ -43,7 +46,7 @@ const SHAPE: Shape = Shape::Object(&[
 ]);
 
 /// `CNI_ARGS` keys the plugin reads.
-pub const CNI_ARGS_KEYS: [&str; 1] = ["MAC"];
+pub const CNI_ARGS_KEYS: [&str; 1] = MAC_CNI_ARGS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -55,8 +58,8 @@ pub enum ConfigError {
     Args(#[from] ArgsError),
     #[error("invalid MTU {0}: must be 0 (the kernel's default) or a positive number of bytes")]
     InvalidMtu(i64),
-    #[error("cannot convert: no valid IP addresses")]
-    ResultNotExpressible { version: SpecVersion },
+    #[error(transparent)]
+    ResultNotExpressible(#[from] Layer2ResultError),
 }
 
 impl ToCniError for ConfigError {
@@ -64,13 +67,7 @@ impl ToCniError for ConfigError {
         match self {
             ConfigError::Args(e) => e.to_cni_error(),
             ConfigError::Mac(e) => e.to_cni_error(),
-            ConfigError::ResultNotExpressible { version } => {
-                CniError::new(ErrorCode::IncompatibleVersion, self.to_string()).with_details(
-                    format!(
-                        "a result without IP addresses (no \"ipam\" type) has no CNI {version} form"
-                    ),
-                )
-            }
+            ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
             ConfigError::Decode(_) | ConfigError::InvalidMtu(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -95,13 +92,7 @@ struct Keys {
     #[serde(default)]
     bridge: Option<String>,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: Option<RuntimeKeys>,
-}
-
-#[derive(Deserialize)]
-struct RuntimeKeys {
-    #[serde(default)]
-    mac: Option<String>,
+    runtime_config: Option<RuntimeMac>,
 }
 
 /// The configuration as ADD and CHECK use it.
@@ -129,8 +120,7 @@ impl TapConf {
         let keys: Keys =
             serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
-        let runtime_mac = keys.runtime_config.and_then(|r| r.mac);
-        let mac = pick_mac(runtime_mac.as_deref(), args.get("MAC"), keys.mac.as_deref())?;
+        let mac = sublink_conf::container_mac(keys.runtime_config, &args, keys.mac.as_deref())?;
         let mtu = match keys.mtu.unwrap_or(0) {
             0 => None,
             mtu => Some(u32::try_from(mtu).map_err(|_| ConfigError::InvalidMtu(mtu))?),
@@ -144,11 +134,7 @@ impl TapConf {
             group: keys.group,
             selinux_context: keys.selinux_context.filter(|c| !c.is_empty()),
             bridge: keys.bridge.filter(|b| !b.is_empty()),
-            ipam_type: conf
-                .ipam
-                .as_ref()
-                .map(|ipam| ipam.ipam_type.clone())
-                .filter(|t| !t.is_empty()),
+            ipam_type: sublink_conf::ipam_type(conf).map(str::to_string),
             dns: conf.dns.clone(),
         })
     }
@@ -157,12 +143,10 @@ impl TapConf {
     /// cannot go without: ADD refuses before making anything (the
     /// reference makes the tap first and fails converting its result).
     pub fn check_result_expressible(&self) -> Result<(), ConfigError> {
-        if self.ipam_type.is_none() && self.version.family() == ResultFamily::V02 {
-            return Err(ConfigError::ResultNotExpressible {
-                version: self.version,
-            });
-        }
-        Ok(())
+        Ok(sublink_conf::check_result_expressible(
+            self.version,
+            self.ipam_type.is_some(),
+        )?)
     }
 }
 

@@ -12,13 +12,9 @@
 //!   the kernel refused: 999, with a message naming what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
-use libcni::netlink::sublink::DeleteError;
-use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
-use libcni::netlink::NetlinkError;
+use libcni::netlink::sublink_plugin::StepError;
 use libcni::netns::NetNsError;
 use libcni::plugin_conf::ConfError;
-use libcni::types::ResultError;
 
 use crate::config::ConfigError;
 use crate::tuntap::TunError;
@@ -29,12 +25,8 @@ pub enum TapError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Conf(#[from] ConfError),
-    #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
     #[error("failed to work inside the container namespace: {0}")]
     NetNsThread(#[from] NetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
     #[error(transparent)]
     Tun(#[from] TunError),
     #[error("failed to read random bytes for a temporary tap name: {0}")]
@@ -43,20 +35,11 @@ pub enum TapError {
     BridgeNotFound(String),
     #[error("tap {0:?} is not in the container right after its creation")]
     Vanished(String),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
-    #[error(transparent)]
-    Check(#[from] CheckError),
     #[error("Container tap {ifname} is not a port of bridge {bridge}")]
     NotBridgePort { ifname: String, bridge: String },
+    /// What the shared steps report ([`StepError`]).
     #[error(transparent)]
-    Delete(#[from] DeleteError),
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
@@ -69,30 +52,24 @@ impl TapError {
     }
 }
 
+libcni::sublink_step_errors!(TapError);
+
 impl ToCniError for TapError {
     fn to_cni_error(&self) -> CniError {
         let internal = || CniError::new(ErrorCode::Internal, self.to_string());
         match self {
             TapError::Config(e) => e.to_cni_error(),
             TapError::Conf(e) => e.to_cni_error(),
-            TapError::NetNs(e) => e.to_cni_error(),
             TapError::NetNsThread(e) => CniError::new(e.error_code(), self.to_string()),
             TapError::Tun(e) => e.to_cni_error(),
             TapError::BridgeNotFound(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
             TapError::Random(_) => CniError::new(ErrorCode::Io, self.to_string()),
-            TapError::Iface(e) => e.to_cni_error(),
-            TapError::Delete(e) => e.to_cni_error(),
-            TapError::Ipam(e) => e.to_cni_error(),
-            TapError::Check(e) => e.to_cni_error(),
-            TapError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            TapError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             TapError::Several(list) => list.to_cni_error(),
-            TapError::Netlink(_)
-            | TapError::Vanished(_)
-            | TapError::IpamNoIps
-            | TapError::NotBridgePort { .. } => internal(),
+            TapError::Vanished(_) | TapError::NotBridgePort { .. } => internal(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //!    container, and the MTU checked against it.
 //! 3. The VLAN link is made under a temporary name straight into the
 //!    container and renamed to `CNI_IFNAME` there
-//!    ([`create_in_container`]).
+//!    ([`MasterSide::create`]).
 //! 4. IPAM ADD, then the addresses, the link up and the routes
 //!    ([`configure_iface`]; no ARP/ND notify, as in the reference).
 //!
@@ -15,43 +15,21 @@
 //! releases the IPAM lease (IPAM DEL also after a failed IPAM ADD, which
 //! may have reserved part of what it was asked for).
 
-use std::os::fd::AsFd;
-
 use libcni::iface::Announce;
 use libcni::invoke::{Delegator, Exec};
-use libcni::netlink::sublink::{create_in_container, ContainerSubLink, Creator, SubLinkKind};
-use libcni::netlink::sublink_plugin::{self, NewSubLink};
-use libcni::netlink::{LinkInfo, RouteSocket};
+use libcni::netlink::sublink::{ContainerSubLink, SubLinkKind};
+use libcni::netlink::sublink_plugin::{self, MasterSide, NewSubLink, StepError};
 use libcni::skel::CmdArgs;
 use libcni::types::v100;
 
 use crate::config::VlanConf;
 use crate::error::VlanError;
 
-/// The master, looked up through `socket` (the host's, or the
-/// container's with `linkInContainer`).
-pub fn find_master(conf: &VlanConf, socket: &mut RouteSocket) -> Result<LinkInfo, VlanError> {
-    socket
-        .link_by_name(&conf.master)?
-        .ok_or_else(|| VlanError::MasterNotFound {
-            master: conf.master.clone(),
-            in_container: conf.link_in_container,
-        })
-}
-
 pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result, VlanError> {
     let conf = VlanConf::from_conf(&args.conf)?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    let mut container = RouteSocket::open_in(&netns)?;
-    let mut host = if conf.link_in_container {
-        None
-    } else {
-        Some(RouteSocket::open_current()?)
-    };
-    let master = match host.as_mut() {
-        Some(host) => find_master(&conf, host)?,
-        None => find_master(&conf, &mut container)?,
-    };
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    let master = side.find_master(Some(&conf.master))?;
     let spec = ContainerSubLink {
         ifname: &args.ifname,
         parent: master.index,
@@ -59,14 +37,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         mtu: conf.check_mtu(master.mtu)?,
         mac: None,
     };
-    let creator = match host.as_mut() {
-        Some(socket) => Creator::Outside {
-            socket,
-            container_netns: netns.as_fd(),
-        },
-        None => Creator::Inside,
-    };
-    let link = create_in_container(creator, &mut container, &spec)?;
+    let link = side.create(&netns, &spec)?;
     log::info!(
         "created VLAN {} (id {}) on master {} in the container",
         args.ifname,
@@ -74,7 +45,7 @@ pub fn add<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<v100::Result,
         master.name
     );
 
-    let mut new = NewSubLink::new(args, ipam, &netns, container, link);
+    let mut new = NewSubLink::new(args, ipam, &netns, side.into_container(), link);
     attach(&mut new, &conf).inspect_err(|_| new.undo())
 }
 
@@ -85,7 +56,7 @@ fn attach<E: Exec>(
 ) -> Result<v100::Result, VlanError> {
     let lease = new.lease(&conf.ipam_type, "failed to execute IPAM delegate")?;
     if lease.ips.is_empty() {
-        return Err(VlanError::IpamNoIps);
+        return Err(StepError::IpamNoIps.into());
     }
     Ok(new.configure(lease, Announce::default(), &conf.dns)?)
 }

@@ -10,33 +10,21 @@
 use libcni::iface::check_mac;
 use libcni::invoke::{Delegator, Exec};
 use libcni::netlink::sublink::SubLinkKind;
-use libcni::netlink::sublink_plugin::{self, CheckError, IpamCallError};
-use libcni::netlink::RouteSocket;
+use libcni::netlink::sublink_plugin::{self, MasterSide};
 use libcni::skel::CmdArgs;
-use libcni::types::v100;
 
-use crate::add::find_master;
 use crate::config::VlanConf;
 use crate::error::VlanError;
 
 pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), VlanError> {
     let conf = VlanConf::from_conf(&args.conf)?;
     let netns = sublink_plugin::open_container_netns(&args.netns)?;
-    ipam.check(&conf.ipam_type, args.conf.bytes())
-        .map_err(|source| IpamCallError::new("IPAM CHECK with", &conf.ipam_type, source))?;
-    let prev = args
-        .conf
-        .prev_result()?
-        .ok_or(CheckError::PrevResultMissing)?;
-    let prev = v100::Result::try_from(prev).map_err(VlanError::PrevResult)?;
+    let prev = sublink_plugin::check_start::<_, VlanError>(args, ipam, Some(&conf.ipam_type))?;
     let expected = sublink_plugin::expected_interface(&prev, args)?;
 
-    let mut container = RouteSocket::open_in(&netns)?;
-    if conf.link_in_container {
-        find_master(&conf, &mut container)?;
-    } else {
-        find_master(&conf, &mut RouteSocket::open_current()?)?;
-    }
+    let mut side = MasterSide::open(&netns, conf.link_in_container)?;
+    side.find_master(Some(&conf.master))?;
+    let mut container = side.into_container();
     let (found, id) =
         sublink_plugin::read_back::<_, VlanError>(&mut container, &args.ifname, "vlan", |kind| {
             match kind {

@@ -16,6 +16,7 @@
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
+use libcni::netlink::sublink_plugin::conf::{self as sublink_conf, MtuOutOfRange};
 use libcni::plugin_conf::PluginConf;
 use libcni::types::Dns;
 use serde::Deserialize;
@@ -40,8 +41,8 @@ pub enum ConfigError {
     MasterMissing,
     #[error("invalid VLAN ID {0} (must be between 0 and {MAX_VLAN_ID} inclusive)")]
     InvalidVlanId(i64),
-    #[error("invalid MTU {mtu}, must be [0, master MTU({master_mtu})]")]
-    MtuOutOfRange { mtu: i64, master_mtu: u32 },
+    #[error(transparent)]
+    MtuOutOfRange(#[from] MtuOutOfRange),
     #[error("\"ipam\" with a \"type\" is required: a VLAN link gets its addresses from IPAM")]
     IpamMissing,
 }
@@ -49,10 +50,10 @@ pub enum ConfigError {
 impl ToCniError for ConfigError {
     fn to_cni_error(&self) -> CniError {
         match self {
+            ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
             ConfigError::Decode(_)
             | ConfigError::MasterMissing
             | ConfigError::InvalidVlanId(_)
-            | ConfigError::MtuOutOfRange { .. }
             | ConfigError::IpamMissing => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -97,11 +98,8 @@ impl VlanConf {
             .ok()
             .filter(|&v| i64::from(v) <= MAX_VLAN_ID)
             .ok_or(ConfigError::InvalidVlanId(id))?;
-        let ipam_type = conf
-            .ipam
-            .as_ref()
-            .map(|ipam| ipam.ipam_type.clone())
-            .filter(|t| !t.is_empty())
+        let ipam_type = sublink_conf::ipam_type(conf)
+            .map(str::to_string)
             .ok_or(ConfigError::IpamMissing)?;
         Ok(VlanConf {
             master,
@@ -115,14 +113,7 @@ impl VlanConf {
 
     /// The MTU to ask for, checked against the parent's: `None` inherits.
     pub fn check_mtu(&self, master_mtu: u32) -> Result<Option<u32>, ConfigError> {
-        match u32::try_from(self.mtu) {
-            Ok(0) => Ok(None),
-            Ok(mtu) if mtu <= master_mtu => Ok(Some(mtu)),
-            _ => Err(ConfigError::MtuOutOfRange {
-                mtu: self.mtu,
-                master_mtu,
-            }),
-        }
+        Ok(sublink_conf::check_mtu(self.mtu, master_mtu)?)
     }
 }
 

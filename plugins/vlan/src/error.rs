@@ -12,12 +12,9 @@
 //!   the kernel refused: 999, with a message naming what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
-use libcni::iface::IfaceError;
-use libcni::netlink::sublink::{DeleteError, SubLinkError};
-use libcni::netlink::sublink_plugin::{CheckError, ContainerNetNsError, IpamCallError};
-use libcni::netlink::NetlinkError;
+use libcni::netlink::sublink::SubLinkError;
+use libcni::netlink::sublink_plugin::{MasterError, StepError};
 use libcni::plugin_conf::ConfError;
-use libcni::types::ResultError;
 
 use crate::config::ConfigError;
 
@@ -28,23 +25,9 @@ pub enum VlanError {
     #[error(transparent)]
     Conf(#[from] ConfError),
     #[error(transparent)]
-    NetNs(#[from] ContainerNetNsError),
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error("failed to lookup master {master:?}: no such link{}", if *.in_container { " in the container" } else { "" })]
-    MasterNotFound { master: String, in_container: bool },
+    Master(#[from] MasterError),
     #[error(transparent)]
     SubLink(#[from] SubLinkError),
-    #[error(transparent)]
-    Iface(#[from] IfaceError),
-    #[error(transparent)]
-    Ipam(#[from] IpamCallError),
-    #[error("IPAM plugin returned missing IP config")]
-    IpamNoIps,
-    #[error("failed to convert prevResult: {0}")]
-    PrevResult(#[source] ResultError),
-    #[error(transparent)]
-    Check(#[from] CheckError),
     #[error("Container VLAN link {ifname} has VLAN id {found}, the configuration says {expected}")]
     VlanIdMismatch {
         ifname: String,
@@ -57,8 +40,9 @@ pub enum VlanError {
         found: u32,
         expected: i64,
     },
+    /// What the shared steps report ([`StepError`]).
     #[error(transparent)]
-    Delete(#[from] DeleteError),
+    Step(#[from] Box<StepError>),
     #[error(transparent)]
     Several(ErrorList),
 }
@@ -71,28 +55,20 @@ impl VlanError {
     }
 }
 
+libcni::sublink_step_errors!(VlanError);
+
 impl ToCniError for VlanError {
     fn to_cni_error(&self) -> CniError {
         let internal = || CniError::new(ErrorCode::Internal, self.to_string());
         match self {
             VlanError::Config(e) => e.to_cni_error(),
             VlanError::Conf(e) => e.to_cni_error(),
-            VlanError::NetNs(e) => e.to_cni_error(),
-            VlanError::MasterNotFound { .. } => {
-                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
-            }
+            VlanError::Master(e) => e.to_cni_error(),
             VlanError::SubLink(e) => e.to_cni_error(),
-            VlanError::Iface(e) => e.to_cni_error(),
-            VlanError::Delete(e) => e.to_cni_error(),
-            VlanError::Ipam(e) => e.to_cni_error(),
-            VlanError::Check(e) => e.to_cni_error(),
-            VlanError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            VlanError::Step(e) => e.to_cni_error(),
             // The first failure decides the code; the message lists all.
             VlanError::Several(list) => list.to_cni_error(),
-            VlanError::Netlink(_)
-            | VlanError::IpamNoIps
-            | VlanError::VlanIdMismatch { .. }
-            | VlanError::MtuMismatch { .. } => internal(),
+            VlanError::VlanIdMismatch { .. } | VlanError::MtuMismatch { .. } => internal(),
         }
     }
 }
