@@ -3,8 +3,8 @@
 //! directory) and an object that owns `org.fedoraproject.FirewallD1` and
 //! serves the zone interface's addSource, removeSource and querySource
 //! with zbus's object server, recording each zone's sources. The plugin
-//! finds that bus through `DBUS_SYSTEM_BUS_ADDRESS`. Real firewalld is not
-//! run here.
+//! finds that bus through `DBUS_SYSTEM_BUS_ADDRESS`. The real firewalld
+//! runs in `firewalld_real.rs`.
 
 mod common;
 
