@@ -201,6 +201,34 @@ mod tests {
         assert_eq!(read(&path).unwrap(), None);
     }
 
+    /// Every key of the spec's `pci` map, spelled as the spec spells it;
+    /// absent facts are left out rather than written empty.
+    #[test]
+    fn every_pci_key_has_the_spec_name() {
+        let full = PciDeviceInfo {
+            pci_address: "0000:af:00.2".into(),
+            pf_pci_address: Some("0000:af:00.0".into()),
+            rdma_device: Some("mlx5_2".into()),
+            representor_device: Some("pf0vf2".into()),
+            vhost_net: Some("/dev/vhost-net".into()),
+        };
+        assert_eq!(
+            full.to_value(),
+            json!({"type": "pci", "version": "1.1.0", "pci": {
+                "pci-address": "0000:af:00.2", "pf-pci-address": "0000:af:00.0",
+                "rdma-device": "mlx5_2", "representor-device": "pf0vf2",
+                "vhost-net": "/dev/vhost-net"}})
+        );
+        let bare = PciDeviceInfo {
+            pci_address: "0000:af:00.2".into(),
+            ..PciDeviceInfo::default()
+        };
+        assert_eq!(
+            bare.to_value()["pci"],
+            json!({"pci-address": "0000:af:00.2"})
+        );
+    }
+
     #[test]
     fn an_existing_file_keeps_what_we_do_not_know() {
         let root = tempfile::tempdir().unwrap();

@@ -483,7 +483,7 @@ fn check_compares_prev_result_with_the_config() {
         assert_eq!(
             err(&Call::ours("CHECK", &ns).run(&with_changed)),
             (
-                100,
+                999,
                 "static: Failed to match addr 10.10.0.1 on interface eth0".to_string()
             ),
             "{version}"
@@ -510,7 +510,7 @@ fn check_compares_prev_result_with_the_config() {
         let out = Call::ours("CHECK", &ns)
             .cni_args("IP=10.10.0.1/24;GATEWAY=10.10.0.200")
             .run(&with_prev);
-        assert_eq!(err(&out).0, 100, "{version}");
+        assert_eq!(err(&out).0, 999, "{version}");
     }
 }
 

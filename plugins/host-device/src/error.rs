@@ -1,7 +1,7 @@
 //! The plugin's errors and the spec codes they are reported with.
 //!
-//! - configuration problems, and a device the configuration names that
-//!   this node does not have: 7;
+//! - configuration problems, a device the configuration names that this
+//!   node does not have, and CHECK without a `prevResult`: 7;
 //! - a container namespace that does not exist: 3; a path that is not a
 //!   namespace: 4;
 //! - the IPAM plugin's own error: the IPAM plugin's code;
@@ -10,7 +10,10 @@
 //! - another call holding the device's lock too long, a physical device
 //!   not back yet from a deleted namespace: 11;
 //! - everything the kernel refused and CHECK's findings: 999, with a
-//!   message naming the device and the step.
+//!   message naming the device and the step. CHECK finding the attachment
+//!   different from what ADD set up is 999 in every plugin of the suite,
+//!   as in the reference (the spec has no code for it); what keeps CHECK
+//!   from comparing at all keeps its spec code.
 
 use libcni::device_info::DeviceInfoError;
 use libcni::error::{CniError, ErrorCode, ToCniError};
@@ -132,7 +135,9 @@ impl ToCniError for HostDeviceError {
             HostDeviceError::Conf(e) => return e.to_cni_error(),
             HostDeviceError::Iface(e) => return e.to_cni_error(),
             HostDeviceError::Ipam { source, .. } => return source.to_cni_error(),
-            HostDeviceError::Config(_) => ErrorCode::InvalidNetworkConfig,
+            HostDeviceError::Config(_) | HostDeviceError::PrevResultMissing => {
+                ErrorCode::InvalidNetworkConfig
+            }
             HostDeviceError::NetNs { source, .. } => source.error_code(),
             HostDeviceError::Lock(e) => e.error_code(),
             HostDeviceError::Lookup(e) => match e {
@@ -166,7 +171,6 @@ impl ToCniError for HostDeviceError {
             | HostDeviceError::NoOriginalName(_)
             | HostDeviceError::Netlink(_)
             | HostDeviceError::IpamNoIps
-            | HostDeviceError::PrevResultMissing
             | HostDeviceError::SandboxMismatch { .. }
             | HostDeviceError::InterfaceMissing(_)
             | HostDeviceError::MacMismatch { .. }
@@ -206,6 +210,33 @@ mod tests {
             5
         );
         assert_eq!(code(HostDeviceError::IpamNoIps), 999);
+        // CHECK: nothing to compare is the configuration's fault, a
+        // difference is a finding.
+        assert_eq!(code(HostDeviceError::PrevResultMissing), 7);
+        for finding in [
+            HostDeviceError::SandboxMismatch {
+                found: String::new(),
+                netns: "/x".into(),
+            },
+            HostDeviceError::InterfaceMissing("net1".into()),
+            HostDeviceError::MacMismatch {
+                ifname: "net1".into(),
+                expected: "02:00:00:00:00:01".into(),
+                found: "02:00:00:00:00:02".into(),
+            },
+            HostDeviceError::RdmaMissing {
+                device: "mlx5_0".into(),
+                ifname: "net1".into(),
+            },
+            IfaceError::MacMismatch {
+                ifname: "net1".into(),
+                expected: "a".into(),
+                found: "b".into(),
+            }
+            .into(),
+        ] {
+            assert_eq!(code(finding), 999);
+        }
         assert_eq!(
             code(HostDeviceError::Ipam {
                 action: "IPAM ADD",

@@ -89,7 +89,12 @@ pub fn devices_to_move(
     }
     devices.retain(|device| match sysfs.rdma_driver(device) {
         Some(driver) if UNMOVABLE_DRIVERS.contains(&driver.as_str()) => {
-            log::info!("RDMA device {device} ({driver}) cannot change namespace; left in the host");
+            // A warning: in exclusive mode the pod gets the netdev without
+            // the RDMA device an operator may expect to follow it.
+            log::warn!(
+                "RDMA device {device} ({driver}) cannot change namespace: not moved with \
+                 {netdev} (the kernel unregisters it when its netdev leaves)"
+            );
             false
         }
         _ => true,

@@ -496,3 +496,34 @@ fn dpdk_mode_by_hand_moves_nothing() {
     s.ok("DEL", &conf);
     assert_eq!((s.host.links(), s.pod.links()), (host_links, pod_links));
 }
+
+/// A soft-RoCE device bound to the netdev, in exclusive mode: the netdev
+/// moves, the RDMA device is not asked to (the kernel refuses to move
+/// rxe and siw devices, and unregisters them when their netdev leaves),
+/// and DEL brings the netdev back without looking for it.
+#[test]
+fn a_soft_rdma_device_is_not_moved_with_its_netdev() {
+    let s = Scene::new("hdsoft", Some(RdmaNetnsMode::Exclusive));
+    let host_ns = NetNs::open(s.host.path()).unwrap();
+    s.rdma.world().devices.push(FakeDevice {
+        name: "rxe0".into(),
+        index: 5,
+        netns: host_ns.identity().unwrap(),
+        netdev_mac: vec![2, 0, 0, 0xcc, 0, 2],
+    });
+    let rxe = s.sysfs.path().join("class/infiniband/rxe0");
+    fs::create_dir_all(&rxe).unwrap();
+    fs::write(rxe.join("node_desc"), "rxe\n").unwrap();
+    let host_identity = Some(host_ns.identity().unwrap());
+
+    let conf = s.conf("1.1.0", json!({"device": SF_NETDEV}));
+    let result = s.ok("ADD", &conf);
+    assert!(has_link(&s.pod, "net1") && !has_link(&s.host, SF_NETDEV));
+    assert_eq!(s.rdma.netns_of("rxe0"), host_identity, "rxe0 was moved");
+    let mut with_prev = conf.clone();
+    with_prev["prevResult"] = result;
+    s.ok("CHECK", &with_prev);
+    s.ok("DEL", &with_prev);
+    assert!(has_link(&s.host, SF_NETDEV) && !has_link(&s.pod, "net1"));
+    assert_eq!(s.rdma.netns_of("rxe0"), host_identity);
+}

@@ -470,6 +470,23 @@ fn a_failed_add_puts_the_device_back() {
     assert_device_home(&f);
     assert!(f.state_files().is_empty());
 
+    // IPAM succeeds without an address: the reference's error, and (unlike
+    // the reference) the device comes back.
+    let conf = f.conf(
+        "1.0.0",
+        json!({"device": DEVICE, "ipam": {"type": "static"}}),
+    );
+    let out = f.add(&conf);
+    assert_eq!(out.error_code(), 999, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("IPAM plugin returned missing IP config"),
+        "{}",
+        out.stdout
+    );
+    assert_device_home(&f);
+    assert!(f.state_files().is_empty());
+
     // IPAM works, but the address cannot be put on the link (a route via a
     // gateway outside every subnet): device back, address released.
     let mut ipam = f.host_local_ipam();
@@ -563,16 +580,30 @@ fn check_finds_what_differs() {
     let mut other_sandbox = result.clone();
     other_sandbox["interfaces"][0]["sandbox"] = json!("/run/netns/elsewhere");
     let e = f.check(&conf, &other_sandbox);
+    assert_eq!(e.error_code(), 999);
     assert!(e.stdout.contains("Sandbox in prevResult"), "{}", e.stdout);
+    // Nothing to compare with: the configuration's fault, not a finding.
     let e = f.call("CHECK", &conf, IFNAME, &f.pod_path);
+    assert_eq!(e.error_code(), 7);
     assert!(
         e.stdout.contains("Required prevResult missing"),
+        "{}",
+        e.stdout
+    );
+    // IPAM CHECK runs first and its verdict is passed on.
+    let mut other_gateway = result.clone();
+    other_gateway["ips"][0]["gateway"] = json!("10.10.0.77");
+    let e = f.check(&conf, &other_gateway);
+    assert_eq!(e.error_code(), 999);
+    assert!(
+        e.stdout.contains("static: Failed to match addr"),
         "{}",
         e.stdout
     );
     f.pod()
         .ip(&["addr", "del", &format!("{POD_IP}/24"), "dev", IFNAME]);
     let e = f.check(&conf, &result);
+    assert_eq!(e.error_code(), 999);
     assert!(e.stdout.contains("Failed to match addr"), "{}", e.stdout);
     f.del(&conf).assert_ok();
     assert_device_home(&f);

@@ -8,7 +8,12 @@
 //! - another sbr holding the namespace's lock too long: 11; the lock
 //!   itself failing (a namespace file that cannot be locked): 5;
 //! - everything the kernel refused: 999, worded as the reference words it
-//!   (`Failed to add rule: ...`).
+//!   (`Failed to add rule: ...`);
+//! - CHECK finding a rule, a table's route or the interface itself
+//!   missing: 999. CHECK finding the attachment different from what ADD
+//!   set up is 999 in every plugin of the suite, as in the reference (the
+//!   spec has no code for it); what keeps CHECK from comparing at all (no
+//!   previous result, one that does not decode) keeps its code above.
 
 use std::net::IpAddr;
 

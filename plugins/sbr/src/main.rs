@@ -197,7 +197,12 @@ impl Plugin for Sbr {
         let gateways = static_gateways(&conf)?;
         let netns = open_netns(&args.netns)?;
         let mut socket = container_socket(&netns)?;
-        let link = find_link(&mut socket, args)?;
+        // ADD made its rules for this interface: its absence now is a
+        // finding, reported as the others (see `error`).
+        let link = find_link(&mut socket, args).map_err(|e| match e {
+            SbrError::InterfaceNotFound { .. } => SbrError::Check(e.to_string()),
+            e => e,
+        })?;
         check::verify(&mut socket, &link, &ips, &conf, &gateways)
     }
 

@@ -89,8 +89,10 @@ fn an_interface_the_pod_does_not_have() {
     let conf = sbr_conf("1.0.0", Some(prev), json!({}));
     let out = call_ifname(PLUGIN, "ADD", &pod.path(), "net9", &conf);
     assert_refused(&pod, &out, 4, "Cannot find network interface net9");
+    // To CHECK, a missing interface is a finding (999), as in the other
+    // plugins of the suite.
     let out = call_ifname(PLUGIN, "CHECK", &pod.path(), "net9", &conf);
-    assert_refused(&pod, &out, 4, "Cannot find network interface net9");
+    assert_refused(&pod, &out, 999, "Cannot find network interface net9");
     // Also in table mode, where the reference would add the rule anyway.
     let table = sbr_conf(
         "1.0.0",

@@ -439,6 +439,21 @@ fn check_finds_what_is_missing() {
     let out = call(PLUGIN, "CHECK", &pod.path(), &with_table);
     assert_eq!(out.error_code(), 999);
     assert!(out.stdout.contains("lookup 5000"), "{}", out.stdout);
+
+    // Nothing to compare with is the configuration's fault (7); the
+    // interface gone since ADD is a finding like the others (999), where
+    // ADD calls an ifname the pod lacks a bad CNI_IFNAME (4).
+    let bare = sbr_conf("1.0.0", None, json!({}));
+    let out = call(PLUGIN, "CHECK", &pod.path(), &bare);
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    pod.pod.ip(&["link", "del", "net1"]);
+    let out = call(PLUGIN, "CHECK", &pod.path(), &conf);
+    assert_eq!(out.error_code(), 999, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("Cannot find network interface net1"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Two interfaces of one pod, one sbr each: each gets its own table.

@@ -850,6 +850,22 @@ fn gc_forgets_only_this_networks_attachments_that_are_not_listed() {
 
     let mut gc = with_dir(&kept, NETWORK);
     gc.as_object_mut().unwrap().remove("prevResult");
+    let files = |dir: &Path| {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    // No list at all (the Go cnitool's GC): nothing is forgotten.
+    let before = files(data.path());
+    assert_eq!(before.len(), 4, "{before:?}");
+    PluginCall::new("GC")
+        .stdin_json(&gc)
+        .run(Path::new(TUNING))
+        .assert_ok();
+    assert_eq!(files(data.path()), before);
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "ctr-kept", "ifname": "eth0"}]);
     PluginCall::new("GC")
         .stdin_json(&gc)
@@ -1020,4 +1036,77 @@ fn a_refused_restore_keeps_the_file_and_restores_the_rest() {
     let out = run(TUNING, "DEL", "ctr-rfail", not_a_netns.path(), &conf, &[]);
     out.assert_ok();
     assert!(!saved.exists());
+}
+
+/// A plugin path that runs tuning in a mount namespace of its own, where
+/// `/etc` is an empty tmpfs holding only the node allowlist with
+/// `patterns`: ADD reads the real path, and the machine's `/etc` is not
+/// touched (the mount dies with the call).
+fn with_allowlist(dir: &Path, name: &str, patterns: &[&str]) -> PathBuf {
+    use std::fmt::Write as _;
+    let inner = dir.join(format!("{name}.inner"));
+    let mut script = String::from(
+        "set -e\nmount -t tmpfs tmpfs /etc\nmkdir -p /etc/cni/tuning\n: > /etc/cni/tuning/allowlist.conf\n",
+    );
+    for pattern in patterns {
+        assert!(!pattern.contains('\''), "{pattern}");
+        writeln!(
+            script,
+            "printf '%s\\n' '{pattern}' >> /etc/cni/tuning/allowlist.conf"
+        )
+        .unwrap();
+    }
+    writeln!(script, "exec {TUNING}").unwrap();
+    fs::write(&inner, script).unwrap();
+    let outer = dir.join(name);
+    fs::write(
+        &outer,
+        format!(
+            "#!/bin/sh\nexec unshare --mount --propagation private /bin/sh {}\n",
+            inner.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&outer, fs::Permissions::from_mode(0o755)).unwrap();
+    outer
+}
+
+/// The reference test's two allowlists: a key no line matches is refused
+/// before anything is written (7); a matching one is set. CHECK and DEL do
+/// not consult the list.
+#[test]
+fn the_node_allowlist_limits_add_only() {
+    let pod = Pod::new("tun-allow");
+    let dir = tempfile::tempdir().unwrap();
+    let other = with_allowlist(dir.path(), "other", &[r"^net\.ipv4\.conf\.other\.[a-z_]*$"]);
+    let all = with_allowlist(dir.path(), "all", &[r"^net\.ipv4\.conf\.all\.[a-z_]*$"]);
+    let conf = pod.conf(
+        "1.0.0",
+        json!({"sysctl": {"net.ipv4.conf.all.log_martians": "1"}, "mtu": 1400}),
+    );
+    let call = |plugin: &Path, command: &str| {
+        PluginCall::new(command)
+            .attachment("ctr-allow", &pod.netns_path(), "eth0")
+            .stdin_json(&conf)
+            .run(plugin)
+    };
+
+    let out = call(&other, "ADD");
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("Sysctl net.ipv4.conf.all.log_martians is not allowed"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(pod.sysctl("net/ipv4/conf/all/log_martians"), "0");
+    pod.assert_original_link();
+    assert!(!pod.saved_file("ctr-allow").exists());
+
+    call(&all, "ADD").assert_ok();
+    assert_eq!(pod.sysctl("net/ipv4/conf/all/log_martians"), "1");
+    assert_eq!(pod.link_state().mtu, 1400);
+    call(&other, "CHECK").assert_ok();
+    call(&other, "DEL").assert_ok();
+    pod.assert_original_link();
 }
