@@ -10,7 +10,8 @@
 //! | etcd unreachable within `etcd.timeoutMs`, store lock not obtained | 11 (try again later) |
 //! | requested address held elsewhere (another node's block, another pod) | 11, as host-local |
 //! | no free block left and the node's blocks are full | 50 |
-//! | host-local's own conditions (duplicate ADD 100, CHECK without a lease 101, ...) | host-local's codes |
+//! | CHECK finds a lease outside the node's blocks and reservations | 999, as host-local's CHECK without a lease: the suite's rule for a CHECK that finds a difference |
+//! | host-local's own conditions (duplicate ADD 100, CHECK without a lease 999, ...) | host-local's codes |
 
 use std::net::IpAddr;
 
@@ -23,9 +24,6 @@ use host_local::config::ConfigError as RangeConfigError;
 use crate::config::ConfigError;
 use crate::etcd::EtcdError;
 use crate::node_state::StateError;
-
-/// CHECK finds a lease outside every block and reservation of the node.
-pub const CODE_LEASE_NOT_OURS: u32 = 102;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -103,7 +101,7 @@ impl Error {
                 ErrorCode::TryAgainLater
             }
             Error::RequestedExcluded(_) => ErrorCode::InvalidNetworkConfig,
-            Error::LeaseNotOurs { .. } => ErrorCode::Other(CODE_LEASE_NOT_OURS),
+            Error::LeaseNotOurs { .. } => ErrorCode::Internal,
             // The first error's code: the one a retry must get past first.
             Error::Several(errors) => errors.first().map_or(ErrorCode::Internal, Error::code),
             Error::Internal(_) => ErrorCode::Internal,

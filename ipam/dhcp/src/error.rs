@@ -9,7 +9,7 @@
 //! | the daemon cannot be reached (ADD, DEL, CHECK, GC) | 11 (try again later: the runtime retries, the lease is the daemon's) |
 //! | the daemon cannot be reached (STATUS) | 50 (plugin not available) |
 //! | the daemon's own error (`no more tries`, no lease for CHECK) or an answer it should not give | 999 |
-//! | CHECK: the leased address is not in `prevResult` | 100 |
+//! | CHECK: the leased address is not in `prevResult` | 999, the suite's rule for a CHECK that finds a difference (as the reference) |
 
 use std::net::IpAddr;
 
@@ -19,9 +19,6 @@ use libcni::types::ResultError;
 
 use crate::config::ConfigError;
 use crate::rpc::RpcError;
-
-/// CHECK: the daemon's lease is not the address `prevResult` has.
-pub const CODE_LEASE_MISMATCH: u32 = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DhcpError {
@@ -79,7 +76,7 @@ impl DhcpError {
             DhcpError::Dial(_) => ErrorCode::TryAgainLater,
             DhcpError::Unavailable { .. } => ErrorCode::NotAvailable,
             DhcpError::Call { .. } => ErrorCode::Internal,
-            DhcpError::LeaseMismatch { .. } => ErrorCode::Other(CODE_LEASE_MISMATCH),
+            DhcpError::LeaseMismatch { .. } => ErrorCode::Internal,
         }
     }
 }
@@ -130,7 +127,7 @@ mod tests {
                     leased: "10.0.0.5".parse().unwrap(),
                     ifname: "eth0".into(),
                 },
-                100,
+                999,
                 "DHCP lease 10.0.0.5 is not in prevResult for interface eth0",
             ),
         ];

@@ -214,7 +214,7 @@ fn check_never_acquires_and_gc_releases_stale_attachments() {
     wrong["ips"][0]["address"] = json!("192.168.1.99/24");
     with_prev["prevResult"] = wrong;
     let out = run(&ours(), "CHECK", &one, "ctr-1", "eth0", &with_prev);
-    assert_eq!(out.error_code(), 100, "{}", out.stdout);
+    assert_eq!(out.error_code(), 999, "{}", out.stdout);
 
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "ctr-1", "ifname": "eth0"}]);

@@ -13,7 +13,7 @@
 //! | requested address held by someone else | 11: it frees once its holder is deleted (a recreated pod with a fixed address) |
 //! | range set exhausted (ADD and STATUS) | 50: the plugin cannot service ADD for this network, which is how STATUS reports it too |
 //! | attachment already holds an address of the set (ADD twice without DEL) | 100 (plugin-specific) |
-//! | CHECK finds no address for the attachment | 101 (plugin-specific) |
+//! | CHECK finds no address for the attachment | 999, as the reference: the suite's rule for a CHECK that finds a difference (a runtime sees the same code from either implementation) |
 
 use std::io;
 use std::net::IpAddr;
@@ -29,8 +29,6 @@ use crate::store::StoreError;
 
 /// ADD for an attachment that already holds an address of the range set.
 pub const CODE_DUPLICATE_ALLOCATION: u32 = 100;
-/// CHECK for an attachment that holds no address.
-pub const CODE_NO_RESERVATION: u32 = 101;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -96,7 +94,7 @@ impl Error {
                 AllocError::Store(e) => store_code(e),
             },
             Error::UnfulfilledRequest(_) => ErrorCode::InvalidNetworkConfig,
-            Error::NotFound(_) => ErrorCode::Other(CODE_NO_RESERVATION),
+            Error::NotFound(_) => ErrorCode::Internal,
             Error::Gc(_) => ErrorCode::Io,
             Error::Exhausted { .. } => ErrorCode::NotAvailable,
         }
@@ -176,7 +174,7 @@ mod tests {
                 7,
             ),
             (Error::UnfulfilledRequest(vec![ip]), 7),
-            (Error::NotFound("c".into()), 101),
+            (Error::NotFound("c".into()), 999),
             (
                 Error::Exhausted {
                     set: 0,

@@ -152,7 +152,7 @@ fn a_store_written_by_ours_is_read_extended_and_released_by_the_reference() {
             .run(&c)
             .err()
             .0,
-        101
+        999
     );
     Call::new(OURS, "CHECK", "o2", &netns.path())
         .ifname("net1")
@@ -178,7 +178,7 @@ fn a_store_written_by_ours_is_read_extended_and_released_by_the_reference() {
             .run(&c)
             .err()
             .0,
-        101
+        999
     );
 }
 

@@ -43,7 +43,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), BridgeE
     let prev = args
         .conf
         .prev_result()?
-        .ok_or_else(|| failed("Required prevResult missing".to_string()))?;
+        .ok_or(BridgeError::PrevResultMissing)?;
     let prev = v100::Result::try_from(prev).map_err(BridgeError::PrevResult)?;
 
     let mut host = RouteSocket::open_current()?;

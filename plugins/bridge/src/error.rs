@@ -70,6 +70,9 @@ pub enum BridgeError {
     SpoofCheck(#[from] SpoofCheckError),
     #[error("failed to convert prevResult: {0}")]
     PrevResult(#[source] ResultError),
+    /// CHECK without the result it is to compare against.
+    #[error("Required prevResult missing")]
+    PrevResultMissing,
     #[error("{0}")]
     Check(String),
     #[error("{0}")]
@@ -99,6 +102,11 @@ impl ToCniError for BridgeError {
         match self {
             BridgeError::Config(e) => e.to_cni_error(),
             BridgeError::PrevResult(_) => CniError::new(ErrorCode::Decode, self.to_string()),
+            // Nothing to compare: the configuration lacks what CHECK needs
+            // (the suite's rule; the reference says 999).
+            BridgeError::PrevResultMissing => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
             // An xtables lock held too long is "try again later".
             BridgeError::Masquerade(e) => e.to_cni_error(),
             BridgeError::SpoofCheck(e) => e.to_cni_error(),

@@ -396,6 +396,7 @@ fn check_needs_a_prev_result_and_catches_drift() {
     let out = fx.check(&conf);
     assert_eq!(out.code, 1);
     assert_eq!(out.json()["msg"], "Required prevResult missing");
+    assert_eq!(out.json()["code"], 7);
     let with_prev = with_prev_result(conf.clone(), &result);
 
     // A route the result promised is missing.

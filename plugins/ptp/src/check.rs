@@ -32,7 +32,7 @@ pub fn check<E: Exec>(args: &CmdArgs, ipam: &Delegator<E>) -> Result<(), PtpErro
     let prev = args
         .conf
         .prev_result()?
-        .ok_or_else(|| failed("ptp: Required prevResult missing".to_string()))?;
+        .ok_or(PtpError::PrevResultMissing)?;
     let prev = v100::Result::try_from(prev).map_err(StepError::PrevResult)?;
 
     let expected = sublink_plugin::expected_interface(&prev, args)?;

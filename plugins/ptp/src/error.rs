@@ -72,6 +72,9 @@ pub enum PtpError {
     },
     #[error(transparent)]
     Masquerade(#[from] IpMasqError),
+    /// CHECK without the result it is to compare against.
+    #[error("ptp: Required prevResult missing")]
+    PrevResultMissing,
     /// CHECK's findings, worded as in the reference.
     #[error("{0}")]
     Check(String),
@@ -109,6 +112,11 @@ impl ToCniError for PtpError {
             // The first failure decides the code; the message lists all.
             PtpError::Several(list) => list.to_cni_error(),
             // The IPAM configuration gives addresses ptp cannot route.
+            // Nothing to compare: the configuration lacks what CHECK needs
+            // (the suite's rule; the reference says 999).
+            PtpError::PrevResultMissing => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
             PtpError::NoGateway { .. } | PtpError::GatewayFamily { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }

@@ -841,7 +841,7 @@ fn check_reports_what_changed() {
     let check = |conf: &Value| host.call("CHECK", conf, "ctr-chk", &pod.path());
 
     let out = check(&conf);
-    assert_eq!(out.error_code(), 999);
+    assert_eq!(out.error_code(), 7);
     assert!(
         out.stdout.contains("ptp: Required prevResult missing"),
         "{}",

@@ -99,9 +99,9 @@ fn codes() {
                 ip,
                 attachment: "a".into(),
             },
-            CODE_LEASE_NOT_OURS,
+            999,
         ),
-        (host_local::Error::NotFound("c".into()).into(), 101),
+        (host_local::Error::NotFound("c".into()).into(), 999),
         (
             Error::Several(vec![
                 Error::ClaimContention(1),
