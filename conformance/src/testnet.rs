@@ -164,6 +164,11 @@ impl PluginOutcome {
         self
     }
 
+    /// The error's `msg` ("" when the output has none).
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap_or_default().to_string()
+    }
+
     /// The spec error code printed on stdout (asserting exit status 1).
     pub fn error_code(&self) -> u64 {
         assert_eq!(self.code, 1, "expected failure, got: {}", self.stdout);
@@ -318,4 +323,252 @@ fn build_with_cargo(cargo: &Path, name: &str) -> PathBuf {
         .unwrap_or_else(|| {
             panic!("`cargo build -p {name}` succeeded but named no {name} executable; run `cargo build -p {name}`")
         })
+}
+
+/// The prevResult a runtime hands CHECK and DEL: `conf` with `prev` in it.
+pub fn with_prev(conf: &Value, prev: &Value) -> Value {
+    let mut conf = conf.clone();
+    conf["prevResult"] = prev.clone();
+    conf
+}
+
+/// `base` with each top-level key of the object `extra` set over it: a
+/// test's one-off keys on its usual configuration.
+pub fn merged(mut base: Value, extra: &Value) -> Value {
+    if let Some(extra) = extra.as_object() {
+        for (key, value) in extra {
+            base[key] = value.clone();
+        }
+    }
+    base
+}
+
+/// A host-local `dataDir` of a test's own (removed on drop) and the leases
+/// host-local keeps in it for one network.
+pub struct HostLocalStore {
+    dir: tempfile::TempDir,
+    network: String,
+}
+
+impl HostLocalStore {
+    pub fn new(network: &str) -> HostLocalStore {
+        HostLocalStore {
+            dir: tempfile::tempdir().unwrap_or_else(|e| panic!("temporary dataDir: {e}")),
+            network: network.to_string(),
+        }
+    }
+
+    pub fn data_dir(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// An `ipam` object: host-local in this store with one range set of
+    /// the one `range` (`{"subnet": …, …}`).
+    pub fn ipam(&self, range: Value) -> Value {
+        serde_json::json!({
+            "type": "host-local",
+            "dataDir": self.data_dir(),
+            "ranges": [[range]],
+        })
+    }
+
+    /// The addresses host-local holds for the network (its lease files).
+    pub fn leases(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.dir.path().join(&self.network)) else {
+            return Vec::new();
+        };
+        let mut leases: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect();
+        leases.sort();
+        leases
+    }
+}
+
+/// What the plugins that put a sub-link of a host interface into a pod
+/// (macvlan, ipvlan, vlan) are tested on: a fake host namespace whose
+/// `master0` is one end of a veth, the other end (`peer0`, down and
+/// without addresses) in a "peer" namespace standing for the network
+/// beyond the NIC, and a pod namespace. With `master_in_pod`, `master0`
+/// is in the pod instead (`linkInContainer`).
+pub struct MasterNet {
+    pub host: TestNetns,
+    pub peer: TestNetns,
+    pub pod: TestNetns,
+}
+
+impl MasterNet {
+    /// The name of the master link.
+    pub const MASTER: &'static str = "master0";
+
+    /// Namespaces `<tag>-h`, `<tag>-r` (peer) and `<tag>-p` (pod).
+    pub fn new(tag: &str, master_in_pod: bool) -> MasterNet {
+        let net = MasterNet {
+            host: TestNetns::new(&format!("{tag}-h")),
+            peer: TestNetns::new(&format!("{tag}-r")),
+            pod: TestNetns::new(&format!("{tag}-p")),
+        };
+        let master_ns = if master_in_pod { &net.pod } else { &net.host };
+        master_ns.ip(&[
+            "link",
+            "add",
+            Self::MASTER,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "peer0",
+            "netns",
+            net.peer.name(),
+        ]);
+        master_ns.ip(&["link", "set", Self::MASTER, "up"]);
+        net
+    }
+
+    /// `peer0` up with `cidr`, for traffic across the master.
+    pub fn peer_address(&self, cidr: &str) {
+        self.peer.ip(&["addr", "add", cidr, "dev", "peer0"]);
+        self.peer.ip(&["link", "set", "peer0", "up"]);
+    }
+
+    /// A plugin call for the attachment (`container_id`, `ifname`) in the
+    /// pod, run from the host namespace.
+    pub fn call(
+        &self,
+        command: &str,
+        container_id: &str,
+        ifname: &str,
+        conf: &Value,
+    ) -> PluginCall {
+        PluginCall::new(command)
+            .attachment(container_id, &self.pod.path(), ifname)
+            .stdin_json(conf)
+            .in_netns(&self.host)
+    }
+
+    /// The links of `ns` besides `lo` and the master.
+    pub fn extra_links(ns: &TestNetns) -> Vec<String> {
+        ns.links()
+            .into_iter()
+            .filter(|l| l != "lo" && l != Self::MASTER)
+            .collect()
+    }
+
+    /// Neither the pod nor the host has a link besides `lo` and the
+    /// master: nothing made, or all of it deleted.
+    pub fn assert_no_links_left(&self) {
+        assert_eq!(MasterNet::extra_links(&self.pod), Vec::<String>::new());
+        assert_eq!(MasterNet::extra_links(&self.host), Vec::<String>::new());
+    }
+
+    /// Whether this kernel makes a link `ip link add link <parent> …
+    /// <kind_args>` (`["type", "ipvlan"]`, `["type", "vlan", "id", "5"]`),
+    /// tried in a scratch namespace of its own.
+    pub fn kernel_makes(kind_args: &[&str]) -> bool {
+        let scratch = TestNetns::new("probe");
+        scratch.ip(&["link", "add", "p0", "type", "veth", "peer", "name", "p1"]);
+        Command::new("ip")
+            .args([
+                "-n",
+                scratch.name(),
+                "link",
+                "add",
+                "link",
+                "p0",
+                "name",
+                "p0s",
+            ])
+            .args(kind_args)
+            .output()
+            .map(|out| out.status.success())
+            .unwrap_or(false)
+    }
+}
+
+/// One attachment (`container_id`, `ifname`) of a sub-link plugin's
+/// binary in a [`MasterNet`], with host-local leasing from a
+/// [`HostLocalStore`]: what the macvlan, ipvlan and vlan tests share.
+/// Derefs to the [`MasterNet`].
+pub struct SubLinkRig {
+    pub net: MasterNet,
+    pub store: HostLocalStore,
+    pub plugin: PathBuf,
+    pub container_id: &'static str,
+    pub ifname: &'static str,
+}
+
+impl std::ops::Deref for SubLinkRig {
+    type Target = MasterNet;
+    fn deref(&self) -> &MasterNet {
+        &self.net
+    }
+}
+
+impl SubLinkRig {
+    /// The namespaces of [`MasterNet::new`] and a store for `network`;
+    /// builds the workspace's host-local if needed ([`workspace_plugin`]).
+    pub fn new(
+        plugin: &str,
+        network: &str,
+        tag: &str,
+        master_in_pod: bool,
+        (container_id, ifname): (&'static str, &'static str),
+    ) -> SubLinkRig {
+        workspace_plugin("host-local");
+        SubLinkRig {
+            net: MasterNet::new(tag, master_in_pod),
+            store: HostLocalStore::new(network),
+            plugin: PathBuf::from(plugin),
+            container_id,
+            ifname,
+        }
+    }
+
+    /// A call of the attachment, from the host namespace.
+    pub fn call(&self, command: &str, conf: &Value) -> PluginCall {
+        self.net.call(command, self.container_id, self.ifname, conf)
+    }
+
+    /// The plugin run for the attachment.
+    pub fn run(&self, command: &str, conf: &Value) -> PluginOutcome {
+        self.call(command, conf).run(&self.plugin)
+    }
+
+    /// host-local itself run for the attachment: a lease as an earlier
+    /// ADD would have left it, or IPAM's own verdict to compare with.
+    pub fn run_ipam(&self, command: &str, conf: &Value) -> PluginOutcome {
+        self.call(command, conf)
+            .run(&workspace_plugin("host-local"))
+    }
+
+    pub fn leases(&self) -> Vec<String> {
+        self.store.leases()
+    }
+
+    /// No link besides `lo` and the master in pod or host, and no lease.
+    pub fn assert_nothing_left(&self) {
+        self.assert_no_links_left();
+        assert_eq!(self.leases(), Vec::<String>::new());
+    }
+
+    /// ADD of `conf` into a pod namespace that is gone (3) or a path that
+    /// is no namespace (4) fails naming it, before IPAM: nothing left.
+    pub fn assert_add_needs_the_netns(&self, conf: &Value) {
+        for (netns, code) in [("/run/netns/cnitest-gone", 3), ("/etc/hostname", 4)] {
+            let out = PluginCall::new("ADD")
+                .attachment(self.container_id, netns.as_ref(), self.ifname)
+                .stdin_json(conf)
+                .in_netns(&self.host)
+                .run(&self.plugin);
+            assert_eq!(out.error_code(), code, "{netns}: {}", out.stdout);
+            assert!(
+                out.msg().starts_with("failed to open netns"),
+                "{netns}: {}",
+                out.stdout
+            );
+            self.assert_nothing_left();
+        }
+    }
 }

@@ -490,11 +490,15 @@ pub enum CheckError {
 
 impl ToCniError for CheckError {
     fn to_cni_error(&self) -> CniError {
-        // The spec has no code for "not as the prevResult says"; the
-        // message says what differs.
+        // The spec has no code for "not as the prevResult says": 999, as
+        // the reference, with a message that says what differs. Without a
+        // prevResult there is nothing to compare: the configuration CHECK
+        // was given is wrong (7), as in the suite's other plugins.
         match self {
-            CheckError::PrevResultMissing
-            | CheckError::SandboxMismatch { .. }
+            CheckError::PrevResultMissing => {
+                CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
+            }
+            CheckError::SandboxMismatch { .. }
             | CheckError::LinkMissing(_)
             | CheckError::WrongKind { .. } => CniError::new(ErrorCode::Internal, self.to_string()),
         }
@@ -612,6 +616,17 @@ mod tests {
                 ErrorCode::Decode,
                 "failed to convert prevResult: result is not a JSON object".into()
             )
+        );
+        assert_eq!(
+            reported(&CheckError::PrevResultMissing),
+            (
+                ErrorCode::InvalidNetworkConfig,
+                "Required prevResult missing".into()
+            )
+        );
+        assert_eq!(
+            reported(&CheckError::LinkMissing("net1".into())).0,
+            ErrorCode::Internal
         );
         // A wrapped error keeps its own message and code.
         assert_eq!(

@@ -10,10 +10,11 @@
 //! links, the same test checks the whole ADD/CHECK/DEL instead. The real
 //! kernel runs are in the qemu guest (`qemu/guest-tests.sh`).
 
-use std::fs;
 use std::path::PathBuf;
 
-use conformance::testnet::{workspace_plugin, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use conformance::testnet::{
+    workspace_plugin, HostLocalStore, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS,
+};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_dummy");
@@ -23,7 +24,7 @@ const IFNAME: &str = "dummy0";
 
 struct Fixture {
     pod: TestNetns,
-    data_dir: tempfile::TempDir,
+    store: HostLocalStore,
     cni_path: PathBuf,
 }
 
@@ -32,7 +33,7 @@ impl Fixture {
         let host_local = workspace_plugin("host-local");
         Fixture {
             pod: TestNetns::new(tag),
-            data_dir: tempfile::tempdir().unwrap(),
+            store: HostLocalStore::new(NETWORK),
             cni_path: host_local.parent().unwrap().to_path_buf(),
         }
     }
@@ -42,11 +43,7 @@ impl Fixture {
             "cniVersion": version,
             "name": NETWORK,
             "type": "dummy",
-            "ipam": {
-                "type": "host-local",
-                "dataDir": self.data_dir.path().display().to_string(),
-                "ranges": [[{"subnet": "10.57.0.0/24"}]],
-            },
+            "ipam": self.store.ipam(json!({"subnet": "10.57.0.0/24"})),
         })
     }
 
@@ -60,14 +57,7 @@ impl Fixture {
 
     /// Lease files host-local holds for the network.
     fn leases(&self) -> Vec<String> {
-        match fs::read_dir(self.data_dir.path().join(NETWORK)) {
-            Ok(dir) => dir
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with("10."))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        self.store.leases()
     }
 
     /// A lease for the attachment, taken by host-local directly (as if an

@@ -4,8 +4,8 @@
 # with ipvlan (module loaded at boot). Each check prints
 # `CHECK <name> PASS|FAIL <detail>`; `finish` prints ALL-DONE.
 #
-# Expects in the guest: /usr/local/bin/ipvlan and /usr/local/bin/host-local
-# (CNI_PATH is /usr/local/bin), bash, iproute2's ip, jq, busybox ping.
+# Expects in the guest: /usr/local/bin/ipvlan, /usr/local/bin/host-local and
+# /usr/local/bin/static (CNI_PATH is /usr/local/bin), bash, iproute2's ip, jq, busybox ping.
 #
 # Topology: the guest's own namespace is the "host". Each ipvlan mode gets
 # its own parent, since the kernel keeps one mode per parent: master0 (l2),
@@ -17,11 +17,11 @@ set -u
 . /test/guest-lib.sh
 
 missing=""
-for binary in ipvlan host-local; do
+for binary in ipvlan host-local static; do
     [ -x "/usr/local/bin/$binary" ] || missing="$missing /usr/local/bin/$binary"
 done
 if [ -z "$missing" ]; then
-    pass setup-binaries "/usr/local/bin/ipvlan /usr/local/bin/host-local"
+    pass setup-binaries "/usr/local/bin/ipvlan /usr/local/bin/host-local /usr/local/bin/static"
 else
     fail setup-binaries "missing:$missing (give run.sh the binaries)"
     finish
@@ -87,6 +87,10 @@ cni_call ipvlan CHECK /run/netns/pod1 net1 ctr1 "$(with_prev "$conf1" "$add1")"
 check_eq l2-check 0 "$cni_status"
 cni_call ipvlan CHECK /run/netns/pod1 net1 ctr1 "$(with_prev "$(conf 10.62.0.0/24 '{"mode": "l3"}')" "$add1")"
 check_contains l2-check-wrong-mode "IPVlan mode l2 does not match expected value: l3" "$cni_out"
+cni_call ipvlan CHECK /run/netns/pod1 net1 ctr1 \
+    "$(with_prev "$conf1" "$(jqc '.interfaces[0].mac = "02:00:00:00:00:99"' <<<"$add1")")"
+check_eq l2-check-wrong-mac-code 999 "$(jqc -r .code <<<"$cni_out")"
+check_contains l2-check-wrong-mac "doesn't match the MAC found" "$cni_out"
 
 # --- l3 and l3s: each on its own parent, pods reach each other --------------
 for mode in l3 l3s; do
@@ -180,6 +184,12 @@ cni_call ipvlan ADD /run/netns/pod10 net1 ctr10 "$bad_route"
 check_contains rollback-error "failed to add route" "$cni_out"
 check_eq rollback-no-link "" "$(pod_link pod10 net1)$( (ip -br link; ip -n pod10 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
 check_eq rollback-no-lease "$before" "$(lease_count)"
+
+# --- IPAM without addresses: refused, the link deleted again ---------------
+cni_call ipvlan ADD /run/netns/pod10 net1 ctr10 "$(conf 10.62.0.0/24 '{}' | jqc '.ipam = {"type": "static"}')"
+check_eq no-ips-code 999 "$(jqc -r .code <<<"$cni_out")"
+check_contains no-ips-msg "IPAM plugin returned missing IP config" "$cni_out"
+check_eq no-ips-nothing-left "" "$(pod_link pod10 net1)$( (ip -br link; ip -n pod10 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
 
 # --- DEL ------------------------------------------------------------------------
 address1=$(pod_ip pod1)

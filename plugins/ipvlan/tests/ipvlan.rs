@@ -1,7 +1,7 @@
 //! The built `ipvlan` binary, run as a runtime runs it, in namespaces this
 //! test makes: a fake host whose `master0` is one end of a veth (the other
 //! end in a "peer" namespace), and a pod. Our `host-local` is the IPAM
-//! plugin (`cargo build -p host-local` first).
+//! plugin (built on demand by `workspace_plugin`).
 //!
 //! This machine's kernel has no ipvlan, so what runs here is what needs
 //! none: configuration errors, DEL, STATUS and GC, and ADD refused by the
@@ -9,10 +9,7 @@
 //! same test checks the full ADD instead. Traffic over real ipvlan links
 //! is tested in the qemu guest (`qemu/guest-tests.sh`).
 
-use std::fs;
-use std::process::Command;
-
-use conformance::testnet::{bin_dir, ip, PluginCall, PluginOutcome, TestNetns};
+use conformance::testnet::{ip, with_prev, MasterNet, PluginCall, SubLinkRig};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_ipvlan");
@@ -20,125 +17,41 @@ const NETWORK: &str = "ipvlnet";
 const CONTAINER_ID: &str = "ctr-1";
 const IFNAME: &str = "net1";
 
-struct Fixture {
-    host: TestNetns,
-    _peer: TestNetns,
-    pod: TestNetns,
-    data_dir: tempfile::TempDir,
+struct Fixture(SubLinkRig);
+
+impl std::ops::Deref for Fixture {
+    type Target = SubLinkRig;
+    fn deref(&self) -> &SubLinkRig {
+        &self.0
+    }
 }
 
 impl Fixture {
     fn new(tag: &str, master_in_pod: bool) -> Fixture {
-        let ipam = bin_dir().join("host-local");
-        assert!(
-            ipam.exists(),
-            "{} is missing: run `cargo build -p host-local` first",
-            ipam.display()
-        );
-        let host = TestNetns::new(&format!("{tag}-h"));
-        let peer = TestNetns::new(&format!("{tag}-r"));
-        let pod = TestNetns::new(&format!("{tag}-p"));
-        let master_ns = if master_in_pod { &pod } else { &host };
-        master_ns.ip(&[
-            "link",
-            "add",
-            "master0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "peer0",
-            "netns",
-            peer.name(),
-        ]);
-        master_ns.ip(&["link", "set", "master0", "up"]);
-        Fixture {
-            host,
-            _peer: peer,
-            pod,
-            data_dir: tempfile::tempdir().unwrap(),
-        }
+        Fixture(SubLinkRig::new(
+            PLUGIN,
+            NETWORK,
+            tag,
+            master_in_pod,
+            (CONTAINER_ID, IFNAME),
+        ))
     }
 
     fn conf(&self, extra: Value) -> Value {
-        let mut conf = json!({
+        let conf = json!({
             "cniVersion": "1.1.0",
             "name": NETWORK,
             "type": "ipvlan",
             "master": "master0",
-            "ipam": {
-                "type": "host-local",
-                "dataDir": self.data_dir.path().display().to_string(),
-                "ranges": [[{"subnet": "10.57.0.0/24", "rangeStart": "10.57.0.10"}]],
-            },
+            "ipam": self.store.ipam(json!({"subnet": "10.57.0.0/24", "rangeStart": "10.57.0.10"})),
         });
-        for (key, value) in extra.as_object().unwrap() {
-            conf[key] = value.clone();
-        }
-        conf
-    }
-
-    fn call(&self, command: &str, conf: &Value) -> PluginCall {
-        PluginCall::new(command)
-            .attachment(CONTAINER_ID, &self.pod.path(), IFNAME)
-            .stdin_json(conf)
-            .in_netns(&self.host)
-    }
-
-    fn run(&self, command: &str, conf: &Value) -> PluginOutcome {
-        self.call(command, conf).run(PLUGIN.as_ref())
-    }
-
-    fn leases(&self) -> Vec<String> {
-        let Ok(entries) = fs::read_dir(self.data_dir.path().join(NETWORK)) else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect()
-    }
-
-    fn extra_links(ns: &TestNetns) -> Vec<String> {
-        ns.links()
-            .into_iter()
-            .filter(|l| l != "lo" && l != "master0")
-            .collect()
-    }
-
-    fn assert_nothing_left(&self) {
-        assert_eq!(Fixture::extra_links(&self.pod), Vec::<String>::new());
-        assert_eq!(Fixture::extra_links(&self.host), Vec::<String>::new());
-        assert_eq!(self.leases(), Vec::<String>::new());
+        conformance::testnet::merged(conf, &extra)
     }
 }
 
-/// Whether this kernel makes ipvlan links, tried in a namespace of its own.
+/// Whether this kernel makes ipvlan links.
 fn kernel_has_ipvlan() -> bool {
-    let scratch = TestNetns::new("ipv-probe");
-    scratch.ip(&["link", "add", "p0", "type", "veth", "peer", "name", "p1"]);
-    Command::new("ip")
-        .args([
-            "-n",
-            scratch.name(),
-            "link",
-            "add",
-            "link",
-            "p0",
-            "name",
-            "p0i",
-        ])
-        .args(["type", "ipvlan", "mode", "l2"])
-        .output()
-        .map(|out| out.status.success())
-        .unwrap_or(false)
-}
-
-fn with_prev(conf: &Value, prev: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = prev.clone();
-    conf
+    MasterNet::kernel_makes(&["type", "ipvlan", "mode", "l2"])
 }
 
 /// ADD on a kernel without ipvlan is a clean CNI error (code 50, naming
@@ -248,9 +161,7 @@ fn del_is_idempotent() {
     let fx = Fixture::new("ipv-del", false);
     let conf = fx.conf(json!({}));
     // A lease of this attachment, as a crashed ADD could leave it.
-    fx.call("ADD", &conf)
-        .run(&bin_dir().join("host-local"))
-        .assert_ok();
+    fx.run_ipam("ADD", &conf).assert_ok();
     assert_eq!(fx.leases(), vec!["10.57.0.10".to_string()]);
 
     fx.run("DEL", &conf).assert_ok();
@@ -294,9 +205,7 @@ fn status_and_gc_ask_ipam() {
     let fx = Fixture::new("ipv-gc", false);
     let conf = fx.conf(json!({}));
     fx.run("STATUS", &conf).assert_ok();
-    fx.call("ADD", &conf)
-        .run(&bin_dir().join("host-local"))
-        .assert_ok();
+    fx.run_ipam("ADD", &conf).assert_ok();
     assert_eq!(fx.leases().len(), 1);
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([]);
@@ -310,4 +219,75 @@ fn status_and_gc_ask_ipam() {
     let mut chained = conf.clone();
     chained.as_object_mut().unwrap().remove("ipam");
     fx.run("STATUS", &chained).assert_ok();
+}
+
+/// CHECK's steps before the link, and its findings about the link, need
+/// no ipvlan in the kernel: the IPAM plugin's verdict passed on as it
+/// is, no prevResult (7), the prevResult's interface in another sandbox,
+/// a configured master that is gone, no link or another kind under
+/// `CNI_IFNAME` (999 with what differs).
+#[test]
+fn check_finds_what_differs_before_and_at_the_link() {
+    let fx = Fixture::new("ipv-chk", false);
+    let conf = fx.conf(json!({}));
+    let prev = json!({
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": IFNAME, "sandbox": fx.pod.path().display().to_string()}],
+        "ips": [{"address": "10.57.0.10/24", "interface": 0}],
+    });
+    let checked = with_prev(&conf, &prev);
+    // No lease yet: host-local's CHECK fails, and its error comes back.
+    let from_ipam = fx.run_ipam("CHECK", &checked);
+    let out = fx.run("CHECK", &checked);
+    assert_eq!(out.error_code(), from_ipam.error_code());
+    assert_eq!(out.msg(), from_ipam.msg());
+    fx.run_ipam("ADD", &conf).assert_ok();
+
+    let out = fx.run("CHECK", &conf);
+    assert_eq!(out.error_code(), 7);
+    assert_eq!(out.msg(), "Required prevResult missing");
+    // Chained (no IPAM to ask first): the same.
+    let mut chained = conf.clone();
+    chained.as_object_mut().unwrap().remove("ipam");
+    assert_eq!(fx.run("CHECK", &chained).error_code(), 7);
+
+    let mut elsewhere = prev.clone();
+    elsewhere["interfaces"][0]["sandbox"] = json!("/run/netns/other");
+    let out = fx.run("CHECK", &with_prev(&conf, &elsewhere));
+    assert_eq!(out.error_code(), 999);
+    assert!(
+        out.msg()
+            .starts_with("Sandbox in prevResult /run/netns/other doesn't match"),
+        "{}",
+        out.msg()
+    );
+
+    let out = fx.run(
+        "CHECK",
+        &with_prev(&fx.conf(json!({"master": "gone0"})), &prev),
+    );
+    assert_eq!(out.error_code(), 7);
+    assert_eq!(out.msg(), "failed to lookup master \"gone0\": no such link");
+
+    let out = fx.run("CHECK", &checked);
+    assert_eq!(out.error_code(), 999);
+    assert_eq!(out.msg(), "Container interface net1 not found");
+    fx.pod
+        .ip(&["link", "add", IFNAME, "type", "veth", "peer", "name", "x0"]);
+    let out = fx.run("CHECK", &checked);
+    assert_eq!(out.error_code(), 999);
+    assert_eq!(
+        out.msg(),
+        "Container interface net1 not of type ipvlan (it is veth)"
+    );
+    fx.run("DEL", &conf).assert_ok();
+    fx.assert_nothing_left();
+}
+
+/// ADD into a pod namespace that is gone (3) or a path that is no
+/// namespace (4) fails before IPAM: no lease, no link.
+#[test]
+fn add_into_a_missing_or_wrong_netns() {
+    let fx = Fixture::new("ipv-ns", false);
+    fx.assert_add_needs_the_netns(&fx.conf(json!({})));
 }

@@ -1,13 +1,15 @@
 //! The ipvlan plugin against a kernel with ipvlan, which this machine's
 //! kernel lacks: the shared qemu guest (testing/qemu-guest) runs
-//! qemu/guest-tests.sh with the ipvlan binary and our host-local. It
-//! checks the link (kind, mode, the parent's MAC, MTU, no temporary names
-//! left) and the result in each mode, traffic (l2 to a peer beyond the
-//! parent and between pods, l3 and l3s between pods), chained use (master
-//! and addresses from the prevResult), the default route's parent,
-//! linkInContainer, CHECK, the rollback of a failed ADD, and DEL (twice,
-//! without the netns, without a master to find). Boots qemu (about 50 s),
-//! so it runs only with CNI_QEMU=1.
+//! qemu/guest-tests.sh with the ipvlan binary and our host-local and
+//! static. It checks the link (kind, mode, the parent's MAC, MTU, no
+//! temporary names left) and the result in each mode, traffic (l2 to a
+//! peer beyond the parent and between pods, l3 and l3s between pods),
+//! chained use (master and addresses from the prevResult), the default
+//! route's parent, linkInContainer, CHECK (and a MAC or mode it finds
+//! different), the rollback of a failed ADD (a route refused, `static`
+//! answering without addresses), and DEL (twice, without the netns,
+//! without a master to find). Boots qemu (about 50 s), so it runs only
+//! with CNI_QEMU=1.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,8 @@ const REQUIRED_CHECKS: &[&str] = &[
     "l2-traffic-pods",
     "l2-check",
     "l2-check-wrong-mode",
+    "l2-check-wrong-mac-code",
+    "l2-check-wrong-mac",
     "l3-add",
     "l3-link-mode",
     "l3-traffic-pods",
@@ -60,6 +64,9 @@ const REQUIRED_CHECKS: &[&str] = &[
     "rollback-error",
     "rollback-no-link",
     "rollback-no-lease",
+    "no-ips-code",
+    "no-ips-msg",
+    "no-ips-nothing-left",
     "del-status",
     "del-link-gone",
     "del-lease-gone",
@@ -84,6 +91,7 @@ fn ipvlan_links_on_a_kernel_with_ipvlan() {
             vec![
                 PathBuf::from(env!("CARGO_BIN_EXE_ipvlan")),
                 workspace_plugin("host-local"),
+                workspace_plugin("static"),
             ]
         },
         REQUIRED_CHECKS,

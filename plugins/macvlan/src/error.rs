@@ -10,8 +10,10 @@
 //! - a master that cannot take this mode next to its other macvlans
 //!   (passthru): 7;
 //! - the IPAM plugin's own error: the IPAM plugin's code;
+//! - CHECK without a prevResult: 7 (nothing to compare with);
 //! - what CHECK finds different from the prevResult, and whatever else
-//!   the kernel refused: 999, with a message naming what and where.
+//!   the kernel refused: 999, as the reference, with a message naming
+//!   what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::netlink::sublink::SubLinkError;

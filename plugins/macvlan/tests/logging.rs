@@ -5,7 +5,7 @@
 
 use std::fs;
 
-use conformance::testnet::{bin_dir, PluginCall, TestNetns};
+use conformance::testnet::{workspace_plugin, MasterNet};
 use libcni::logging::LogLine;
 use serde_json::json;
 
@@ -13,26 +13,8 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_macvlan");
 
 #[test]
 fn info_lines_say_what_add_and_del_did() {
-    assert!(
-        bin_dir().join("host-local").exists(),
-        "run `cargo build -p host-local` first"
-    );
-    let host = TestNetns::new("mvlog-h");
-    let pod = TestNetns::new("mvlog-p");
-    let peer = TestNetns::new("mvlog-r");
-    host.ip(&[
-        "link",
-        "add",
-        "master0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "peer0",
-        "netns",
-        peer.name(),
-    ]);
-    host.ip(&["link", "set", "master0", "up"]);
+    workspace_plugin("host-local");
+    let net = MasterNet::new("mvlog", false);
     let dir = tempfile::tempdir().unwrap();
     let log_file = dir.path().join("cni.log");
     let conf = json!({
@@ -51,10 +33,7 @@ fn info_lines_say_what_add_and_del_did() {
         },
     });
     let call = |command: &str| {
-        PluginCall::new(command)
-            .attachment("ctr-log", &pod.path(), "net1")
-            .stdin_json(&conf)
-            .in_netns(&host)
+        net.call(command, "ctr-log", "net1", &conf)
             .run(PLUGIN.as_ref())
     };
 

@@ -2,13 +2,13 @@
 //! kernel: a fake host namespace whose `master0` is one end of a veth, the
 //! other end (`peer0`, 10.55.0.1/24) in a "peer" namespace standing for the
 //! network beyond the NIC, and a pod namespace. Our `host-local` is the
-//! IPAM plugin (`cargo build -p host-local` first). Every test checks the
+//! IPAM plugin (built on demand). Every test checks the
 //! kernel's state (`ip -j`) and, where the plugin made a working link, that
 //! the pod reaches the peer across the macvlan.
 
-use std::fs;
-
-use conformance::testnet::{bin_dir, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use conformance::testnet::{
+    with_prev, workspace_plugin, MasterNet, PluginCall, SubLinkRig, TestNetns, ALL_VERSIONS,
+};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_macvlan");
@@ -17,98 +17,42 @@ const CONTAINER_ID: &str = "ctr-1";
 const IFNAME: &str = "net1";
 const PEER_IP: &str = "10.55.0.1";
 
-struct Fixture {
-    host: TestNetns,
-    peer: TestNetns,
-    pod: TestNetns,
-    data_dir: tempfile::TempDir,
+struct Fixture(SubLinkRig);
+
+impl std::ops::Deref for Fixture {
+    type Target = SubLinkRig;
+    fn deref(&self) -> &SubLinkRig {
+        &self.0
+    }
 }
 
 impl Fixture {
-    /// `master0` in the host, its peer in the peer namespace; with
-    /// `master_in_pod`, the master is in the pod instead (linkInContainer).
+    /// `master0` in the host, its peer (10.55.0.1/24) in the peer
+    /// namespace; with `master_in_pod`, the master is in the pod instead
+    /// (linkInContainer).
     fn new(tag: &str, master_in_pod: bool) -> Fixture {
-        let ipam = bin_dir().join("host-local");
-        assert!(
-            ipam.exists(),
-            "{} is missing: run `cargo build -p host-local` first",
-            ipam.display()
-        );
-        let fixture = Fixture {
-            host: TestNetns::new(&format!("{tag}-h")),
-            peer: TestNetns::new(&format!("{tag}-r")),
-            pod: TestNetns::new(&format!("{tag}-p")),
-            data_dir: tempfile::tempdir().unwrap(),
-        };
-        let master_ns = if master_in_pod {
-            &fixture.pod
-        } else {
-            &fixture.host
-        };
-        master_ns.ip(&[
-            "link",
-            "add",
-            "master0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "peer0",
-            "netns",
-            fixture.peer.name(),
-        ]);
-        master_ns.ip(&["link", "set", "master0", "up"]);
-        fixture
-            .peer
-            .ip(&["addr", "add", "10.55.0.1/24", "dev", "peer0"]);
-        fixture.peer.ip(&["link", "set", "peer0", "up"]);
-        fixture
+        let rig = SubLinkRig::new(PLUGIN, NETWORK, tag, master_in_pod, (CONTAINER_ID, IFNAME));
+        rig.peer_address("10.55.0.1/24");
+        Fixture(rig)
     }
 
     fn ipam(&self) -> Value {
-        json!({
-            "type": "host-local",
-            "dataDir": self.data_dir.path().display().to_string(),
-            "ranges": [[{"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}]],
-            "routes": [{"dst": "0.0.0.0/0"}],
-        })
+        let mut ipam = self.store.ipam(
+            json!({"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}),
+        );
+        ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+        ipam
     }
 
     fn conf(&self, version: &str, extra: Value) -> Value {
-        let mut conf = json!({
+        let conf = json!({
             "cniVersion": version,
             "name": NETWORK,
             "type": "macvlan",
             "master": "master0",
             "ipam": self.ipam(),
         });
-        for (key, value) in extra.as_object().unwrap() {
-            conf[key] = value.clone();
-        }
-        conf
-    }
-
-    fn call(&self, command: &str, conf: &Value) -> PluginCall {
-        PluginCall::new(command)
-            .attachment(CONTAINER_ID, &self.pod.path(), IFNAME)
-            .stdin_json(conf)
-            .in_netns(&self.host)
-    }
-
-    fn run(&self, command: &str, conf: &Value) -> PluginOutcome {
-        self.call(command, conf).run(PLUGIN.as_ref())
-    }
-
-    /// The IPs host-local has leased.
-    fn leases(&self) -> Vec<String> {
-        let Ok(entries) = fs::read_dir(self.data_dir.path().join(NETWORK)) else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect()
+        conformance::testnet::merged(conf, &extra)
     }
 
     /// `ip -d -j link show` of `dev` in the pod, if it is there.
@@ -118,21 +62,6 @@ impl Fixture {
             .iter()
             .any(|l| l == dev)
             .then(|| self.pod.ip_json(&["-d", "link", "show", "dev", dev])[0].clone())
-    }
-
-    /// Links besides `lo` (and the master where it lives).
-    fn extra_links(ns: &TestNetns) -> Vec<String> {
-        ns.links()
-            .into_iter()
-            .filter(|l| l != "lo" && l != "master0")
-            .collect()
-    }
-
-    /// Nothing of an attachment left: no link in pod or host, no lease.
-    fn assert_nothing_left(&self) {
-        assert_eq!(Fixture::extra_links(&self.pod), Vec::<String>::new());
-        assert_eq!(Fixture::extra_links(&self.host), Vec::<String>::new());
-        assert_eq!(self.leases(), Vec::<String>::new());
     }
 
     /// The host's `master0` index: what a macvlan made on it names as
@@ -152,12 +81,6 @@ impl Fixture {
             })
             .unwrap_or_default()
     }
-}
-
-fn with_prev(conf: &Value, prev: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = prev.clone();
-    conf
 }
 
 fn has_check(version: &str) -> bool {
@@ -183,6 +106,14 @@ fn add_check_del_in_every_version() {
         assert_eq!(link["linkinfo"]["info_data"]["mode"], "bridge");
         assert_eq!(link["link_index"], fx.master_index());
         assert_eq!(fx.pod_ipv4(), vec!["10.55.0.10/24".to_string()]);
+        // Neighbours learn of the new address at once.
+        for sysctl in [
+            format!("net.ipv4.conf.{IFNAME}.arp_notify"),
+            format!("net.ipv6.conf.{IFNAME}.ndisc_notify"),
+        ] {
+            let value = fx.pod.exec("sysctl", &["-n", &sysctl]).stdout;
+            assert_eq!(value, b"1\n", "{version}: {sysctl}");
+        }
         match version {
             "0.1.0" | "0.2.0" => {
                 assert_eq!(result["ip4"]["ip"], "10.55.0.10/24");
@@ -216,8 +147,12 @@ fn add_check_del_in_every_version() {
         );
         assert_eq!(fx.leases(), vec!["10.55.0.10".to_string()]);
 
+        let check = fx.run("CHECK", &with_prev(&conf, &result));
         if has_check(version) {
-            fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
+            check.assert_ok();
+        } else {
+            assert_eq!(check.error_code(), 1, "{version}");
+            assert_eq!(check.msg(), "config version does not allow CHECK");
         }
         fx.run("DEL", &with_prev(&conf, &result)).assert_ok();
         fx.assert_nothing_left();
@@ -275,6 +210,25 @@ fn link_in_container() {
         .as_str()
         .unwrap()
         .contains("failed to lookup master \"master0\""));
+    fx.run("DEL", &conf).assert_ok();
+    assert!(fx.pod_link(IFNAME).is_none());
+    assert!(fx.leases().is_empty());
+
+    // No `master`: the default route's link, looked for in the pod.
+    let mut conf = conf;
+    conf.as_object_mut().unwrap().remove("master");
+    let out = fx.run("ADD", &conf);
+    assert_eq!(out.error_code(), 7);
+    assert_eq!(
+        out.msg(),
+        "no default route interface found in the container; set \"master\""
+    );
+    fx.pod
+        .ip(&["addr", "add", "10.55.0.2/24", "dev", "master0"]);
+    fx.pod
+        .ip(&["route", "add", "default", "via", PEER_IP, "dev", "master0"]);
+    fx.run("ADD", &conf).assert_ok();
+    assert_eq!(fx.pod_link(IFNAME).unwrap()["link"], "master0");
     fx.run("DEL", &conf).assert_ok();
     assert!(fx.pod_link(IFNAME).is_none());
     assert!(fx.leases().is_empty());
@@ -409,6 +363,16 @@ fn bad_input_changes_nothing() {
             "failed to lookup master \"nothere0\"",
         ),
         (json!({"mtu": "big"}), 7, "failed to load netconf"),
+        (
+            json!({"linkInContainer": true}),
+            7,
+            "failed to lookup master \"master0\": no such link in the container",
+        ),
+        (
+            json!({"master": null}),
+            7,
+            "no default route interface found; set \"master\"",
+        ),
     ];
     for (extra, code, message) in cases {
         let out = fx.run("ADD", &fx.conf("1.0.0", extra.clone()));
@@ -423,6 +387,7 @@ fn bad_input_changes_nothing() {
         .run(PLUGIN.as_ref());
     assert_eq!(out.error_code(), 4);
     fx.assert_nothing_left();
+    fx.assert_add_needs_the_netns(&fx.conf("1.0.0", json!({})));
     // CNI_IFNAME taken in the pod: the new link goes again.
     fx.pod.ip(&[
         "link", "add", IFNAME, "type", "veth", "peer", "name", "other0",
@@ -437,7 +402,7 @@ fn bad_input_changes_nothing() {
         fx.pod_link(IFNAME).unwrap()["linkinfo"]["info_kind"],
         "veth"
     );
-    assert_eq!(Fixture::extra_links(&fx.pod).len(), 2);
+    assert_eq!(MasterNet::extra_links(&fx.pod).len(), 2);
     assert!(fx.leases().is_empty());
 }
 
@@ -472,7 +437,7 @@ fn passthru_conflicts_on_a_master_are_configuration_errors() {
             )) && msg.contains("passthru macvlan must be its master's only macvlan"),
             "{msg}"
         );
-        assert!(Fixture::extra_links(&second).is_empty());
+        assert!(MasterNet::extra_links(&second).is_empty());
         assert_eq!(fx.leases().len(), leases, "the refused ADD took a lease");
         fx.run("DEL", first).assert_ok();
         call_second("DEL", then).assert_ok();
@@ -546,12 +511,36 @@ fn check_finds_damage() {
     let prev = out.json();
     let checked = with_prev(&conf, &prev);
     fx.run("CHECK", &checked).assert_ok();
-    // No prevResult.
+    // No prevResult: nothing to compare with, a configuration error.
     let out = fx.run("CHECK", &conf);
-    assert!(out.json()["msg"]
-        .as_str()
-        .unwrap()
-        .contains("Required prevResult missing"));
+    assert_eq!(out.error_code(), 7);
+    assert_eq!(out.msg(), "Required prevResult missing");
+    // The prevResult's interface in another sandbox.
+    let mut elsewhere = prev.clone();
+    elsewhere["interfaces"][0]["sandbox"] = json!("/run/netns/other");
+    let out = fx.run("CHECK", &with_prev(&conf, &elsewhere));
+    assert_eq!(out.error_code(), 999);
+    assert_eq!(
+        out.msg(),
+        format!(
+            "Sandbox in prevResult /run/netns/other doesn't match configured netns: {}",
+            fx.pod.path().display()
+        )
+    );
+    // IPAM CHECK comes first, and its error is passed on as it is: the
+    // lease gone, host-local's own code and message.
+    let lease = fx.store.leases()[0].clone();
+    let lease_file = std::path::Path::new(&fx.store.data_dir())
+        .join(NETWORK)
+        .join(&lease);
+    let kept = std::fs::read(&lease_file).unwrap();
+    std::fs::remove_file(&lease_file).unwrap();
+    let from_ipam = fx.run_ipam("CHECK", &checked);
+    let out = fx.run("CHECK", &checked);
+    assert_eq!(out.error_code(), from_ipam.error_code());
+    assert_eq!(out.json()["msg"], from_ipam.json()["msg"]);
+    std::fs::write(&lease_file, kept).unwrap();
+    fx.run("CHECK", &checked).assert_ok();
     // The default route gone.
     fx.pod.ip(&["route", "del", "default"]);
     let out = fx.run("CHECK", &checked);
@@ -610,5 +599,102 @@ fn gc_and_status_ask_ipam() {
     // Layer 2: nothing to ask.
     let l2 = fx.conf("1.1.0", json!({"ipam": {}}));
     fx.run("STATUS", &l2).assert_ok();
+    // An IPAM plugin that is not there: STATUS and GC say so.
+    let mut broken = conf.clone();
+    broken["ipam"]["type"] = json!("no-such-ipam");
+    for command in ["STATUS", "GC"] {
+        let out = PluginCall::new(command)
+            .stdin_json(&broken)
+            .in_netns(&fx.host)
+            .run(PLUGIN.as_ref());
+        assert_ne!(out.code, 0, "{command}");
+        assert!(
+            out.msg().contains("no-such-ipam"),
+            "{command}: {}",
+            out.stdout
+        );
+    }
+    // Before 1.1.0 there is no STATUS or GC.
+    let old = fx.conf("1.0.0", json!({}));
+    for command in ["STATUS", "GC"] {
+        let out = PluginCall::new(command)
+            .stdin_json(&old)
+            .in_netns(&fx.host)
+            .run(PLUGIN.as_ref());
+        assert_eq!(out.error_code(), 1, "{command}");
+        assert_eq!(
+            out.msg(),
+            format!("config version does not allow {command}")
+        );
+    }
+    // VERSION: every spec version.
+    let out = PluginCall::new("VERSION")
+        .stdin_json(&json!({"cniVersion": "1.1.0"}))
+        .run(PLUGIN.as_ref());
+    out.assert_ok();
+    assert_eq!(out.json()["supportedVersions"], json!(ALL_VERSIONS));
     fx.run("DEL", &conf).assert_ok();
+}
+
+/// Without `mtu` the link has the master's MTU (1.1.0 reports it); the
+/// configuration's `dns` is the result's, and without one IPAM's DNS is
+/// kept (the reference replaces it with the empty configuration DNS).
+#[test]
+fn mtu_from_the_master_and_dns_in_the_result() {
+    let fx = Fixture::new("mv-dns", false);
+    fx.host.ip(&["link", "set", "master0", "mtu", "1400"]);
+    let dns = json!({"nameservers": ["10.55.0.53"], "domain": "pods.test", "search": ["a.test"]});
+    let conf = fx.conf("1.1.0", json!({"dns": dns}));
+    let out = fx.run("ADD", &conf);
+    out.assert_ok();
+    let result = out.json();
+    assert_eq!(fx.pod_link(IFNAME).unwrap()["mtu"], 1400);
+    assert_eq!(result["interfaces"][0]["mtu"], 1400);
+    assert_eq!(result["dns"], dns);
+    fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
+    fx.run("DEL", &conf).assert_ok();
+
+    let resolv = fx.store.data_dir() + "/resolv.conf";
+    std::fs::write(&resolv, "nameserver 10.55.0.54\nsearch b.test\n").unwrap();
+    let mut conf = fx.conf("1.1.0", json!({}));
+    conf["ipam"]["resolvConf"] = json!(resolv);
+    let out = fx.run("ADD", &conf);
+    out.assert_ok();
+    assert_eq!(
+        out.json()["dns"],
+        json!({"nameservers": ["10.55.0.54"], "search": ["b.test"]})
+    );
+    fx.run("DEL", &conf).assert_ok();
+    fx.assert_nothing_left();
+}
+
+/// An IPAM plugin that answers with no address: the reference's error,
+/// and the link made for it deleted again.
+#[test]
+fn ipam_without_addresses_is_refused_and_leaves_nothing() {
+    let fx = Fixture::new("mv-noip", false);
+    workspace_plugin("static");
+    let conf = fx.conf("1.0.0", json!({"ipam": {"type": "static"}}));
+    let out = fx.run("ADD", &conf);
+    assert_eq!(out.error_code(), 999, "{}", out.stdout);
+    assert_eq!(out.msg(), "IPAM plugin returned missing IP config");
+    fx.assert_nothing_left();
+}
+
+/// DEL reports a failing IPAM DEL, after deleting the link all the same;
+/// a DEL that works afterwards finds nothing left to do.
+#[test]
+fn del_reports_ipam_failures_and_still_deletes_the_link() {
+    let fx = Fixture::new("mv-delipam", false);
+    let conf = fx.conf("1.0.0", json!({}));
+    fx.run("ADD", &conf).assert_ok();
+    let mut broken = conf.clone();
+    broken["ipam"]["type"] = json!("no-such-ipam");
+    let out = fx.run("DEL", &broken);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(out.msg().contains("no-such-ipam"), "{}", out.stdout);
+    assert!(fx.pod_link(IFNAME).is_none());
+    assert_eq!(fx.leases().len(), 1);
+    fx.run("DEL", &conf).assert_ok();
+    fx.assert_nothing_left();
 }

@@ -11,10 +11,11 @@
 //! at every version with owner and group 0, a bridge port, a second DEL)
 //! are among these.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
-use conformance::testnet::{workspace_plugin, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use conformance::testnet::{
+    workspace_plugin, HostLocalStore, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS,
+};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_tap");
@@ -24,7 +25,7 @@ const IFNAME: &str = "tapifc";
 
 struct Fixture {
     pod: TestNetns,
-    data_dir: tempfile::TempDir,
+    store: HostLocalStore,
     cni_path: PathBuf,
 }
 
@@ -33,7 +34,7 @@ impl Fixture {
         let host_local = workspace_plugin("host-local");
         Fixture {
             pod: TestNetns::new(tag),
-            data_dir: tempfile::tempdir().unwrap(),
+            store: HostLocalStore::new(NETWORK),
             cni_path: host_local.parent().unwrap().to_path_buf(),
         }
     }
@@ -46,7 +47,7 @@ impl Fixture {
             "type": "tap",
             "ipam": {
                 "type": "host-local",
-                "dataDir": self.data_dir.path().display().to_string(),
+                "dataDir": self.store.data_dir(),
                 "ranges": [[{"subnet": "10.59.0.0/24", "gateway": "10.59.0.1"}]],
                 "routes": [{"dst": "10.98.0.0/16"}],
             },
@@ -102,14 +103,7 @@ impl Fixture {
     }
 
     fn leases(&self) -> Vec<String> {
-        match fs::read_dir(self.data_dir.path().join(NETWORK)) {
-            Ok(dir) => dir
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with("10."))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
+        self.store.leases()
     }
 
     /// Only `lo` and the links the test made itself are in the pod.
@@ -356,11 +350,8 @@ fn check_finds_what_differs() {
         check.stdout
     );
     let check = f.call("CHECK", &conf);
-    assert!(
-        check.stdout.contains("Required prevResult missing"),
-        "{}",
-        check.stdout
-    );
+    assert_eq!(check.error_code(), 7, "{}", check.stdout);
+    assert_eq!(check.json()["msg"], "Required prevResult missing");
     f.pod.ip(&["addr", "flush", "dev", IFNAME]);
     let check = f.check(&conf, &result);
     assert!(

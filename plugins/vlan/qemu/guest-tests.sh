@@ -4,8 +4,8 @@
 # 802.1Q links (module 8021q, loaded at boot). Each check prints
 # `CHECK <name> PASS|FAIL <detail>`; `finish` prints ALL-DONE.
 #
-# Expects in the guest: /usr/local/bin/vlan and /usr/local/bin/host-local
-# (CNI_PATH is /usr/local/bin), bash, iproute2's ip, jq, busybox ping.
+# Expects in the guest: /usr/local/bin/vlan, /usr/local/bin/host-local and
+# /usr/local/bin/static (CNI_PATH is /usr/local/bin), bash, iproute2's ip, jq, busybox ping.
 #
 # Topology: the guest's own namespace is the "host", with master0, one end
 # of a veth whose other end (peer0) is in namespace `peer`, standing for
@@ -16,11 +16,11 @@ set -u
 . /test/guest-lib.sh
 
 missing=""
-for binary in vlan host-local; do
+for binary in vlan host-local static; do
     [ -x "/usr/local/bin/$binary" ] || missing="$missing /usr/local/bin/$binary"
 done
 if [ -z "$missing" ]; then
-    pass setup-binaries "/usr/local/bin/vlan /usr/local/bin/host-local"
+    pass setup-binaries "/usr/local/bin/vlan /usr/local/bin/host-local /usr/local/bin/static"
 else
     fail setup-binaries "missing:$missing (give run.sh the binaries)"
     finish
@@ -32,7 +32,7 @@ network=vlannet
 leases=$ipam_dir/$network
 
 netns_add peer
-for pod in pod1 pod2 pod3 pod4 pod5; do netns_add "$pod"; done
+for pod in pod1 pod2 pod3 pod4 pod5 pod6; do netns_add "$pod"; done
 ip link add master0 type veth peer name peer0 netns peer
 ip link set master0 up
 ip -n peer link set peer0 up
@@ -83,6 +83,9 @@ check_eq add-address-on-link "$address1" \
 check_eq add-default-route 10.60.0.1 "$(ip -n pod1 -j route show default | jqc -r '.[0].gateway')"
 # No temporary link left anywhere.
 check_eq add-no-temp-links "" "$( (ip -br link; ip -n pod1 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
+# No ARP/ND notify on a VLAN link, as in the reference (macvlan and
+# ipvlan set them).
+check_eq add-no-arp-notify 0 "$(ip netns exec pod1 cat /proc/sys/net/ipv4/conf/net1/arp_notify)"
 if pod_ping pod1 10.60.0.1; then
     pass traffic-tagged "pod1 reaches 10.60.0.1 over VLAN 100"
 else
@@ -94,6 +97,10 @@ check_eq check-ok 0 "$cni_status"
 cni_call vlan CHECK /run/netns/pod1 net1 ctr1 \
     "$(with_prev "$(conf 10.60.0.0/24 10.60.0.1 '{"vlanId": 101}')" "$add1")"
 check_contains check-wrong-vlan-id "has VLAN id 100, the configuration says 101" "$cni_out"
+cni_call vlan CHECK /run/netns/pod1 net1 ctr1 \
+    "$(with_prev "$conf1" "$(jqc '.interfaces[0].mac = "02:00:00:00:00:99"' <<<"$add1")")"
+check_eq check-wrong-mac-code 999 "$(jqc -r .code <<<"$cni_out")"
+check_contains check-wrong-mac "doesn't match the MAC found" "$cni_out"
 
 # --- VLAN isolation: another VLAN id does not reach VLAN 100 ----------------
 conf3=$(conf 10.60.0.0/24 10.60.0.1 '{"vlanId": 300}')
@@ -118,14 +125,40 @@ conf2=$(conf 10.60.0.0/24 10.60.0.1 '{"mtu": 1400, "vlanId": 101}')
 cni_call vlan ADD /run/netns/pod2 net1 ctr2 "$conf2"
 check_eq mtu-add 0 "$cni_status"
 check_eq mtu-on-link 1400 "$(pod_link pod2 net1 | jqc -r .mtu)"
-cni_call vlan CHECK /run/netns/pod2 net1 ctr2 "$(with_prev "$conf2" "$cni_out")"
+add2=$cni_out
+cni_call vlan CHECK /run/netns/pod2 net1 ctr2 "$(with_prev "$conf2" "$add2")"
 check_eq mtu-check 0 "$cni_status"
+cni_call vlan CHECK /run/netns/pod2 net1 ctr2 \
+    "$(with_prev "$(conf 10.60.0.0/24 10.60.0.1 '{"mtu": 1300, "vlanId": 101}')" "$add2")"
+check_contains check-wrong-mtu "has MTU 1400, the configuration says 1300" "$cni_out"
+# Without "mtu" the link takes its master's (master2: 1200).
+ip link add master2 mtu 1200 type veth peer name peer2 netns peer
+ip link set master2 up
+conf6=$(conf 10.60.0.0/24 10.60.0.1 '{"master": "master2", "vlanId": 500}')
+cni_call vlan ADD /run/netns/pod6 net1 ctr6 "$conf6"
+check_eq mtu-inherited-add 0 "$cni_status"
+check_eq mtu-inherited 1200 "$(pod_link pod6 net1 | jqc -r .mtu)"
+cni_call vlan DEL /run/netns/pod6 net1 ctr6 "$conf6"
+check_eq mtu-inherited-del 0 "$cni_status"
 before=$(lease_count)
 cni_call vlan ADD /run/netns/pod5 net1 ctr5 "$(conf 10.60.0.0/24 10.60.0.1 '{"mtu": 1600}')"
 check_eq mtu-too-big-code 7 "$(jqc -r .code <<<"$cni_out")"
 check_contains mtu-too-big-msg "invalid MTU 1600, must be [0, master MTU(1500)]" "$cni_out"
 check_eq mtu-too-big-nothing-left "" "$(pod_link pod5 net1)"
 check_eq mtu-too-big-no-lease "$before" "$(lease_count)"
+
+# --- IPAM without addresses: refused, the link deleted again ---------------
+conf7=$(conf 10.60.0.0/24 10.60.0.1 '{"vlanId": 103}' | jqc '.ipam = {"type": "static"}')
+cni_call vlan ADD /run/netns/pod5 net1 ctr5 "$conf7"
+check_eq no-ips-code 999 "$(jqc -r .code <<<"$cni_out")"
+check_contains no-ips-msg "IPAM plugin returned missing IP config" "$cni_out"
+check_eq no-ips-nothing-left "" "$(pod_link pod5 net1)$( (ip -br link; ip -n pod5 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
+
+# --- IPAM ADD failing: the reference's words, the link deleted again -------
+conf8=$(conf 10.60.0.0/24 10.60.0.1 '{"vlanId": 104}' | jqc '.ipam.type = "no-such-ipam"')
+cni_call vlan ADD /run/netns/pod5 net1 ctr5 "$conf8"
+check_contains ipam-add-failed-msg 'failed to execute IPAM delegate \"no-such-ipam\"' "$cni_out"
+check_eq ipam-add-failed-nothing-left "" "$(pod_link pod5 net1)$( (ip -br link; ip -n pod5 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
 
 # --- linkInContainer -------------------------------------------------------------
 conf4=$(conf 10.64.0.0/24 10.64.0.1 '{"master": "master1", "vlanId": 400, "linkInContainer": true}')

@@ -8,8 +8,10 @@
 //! - a kernel without 802.1Q (module `8021q`): 50 (the node cannot serve
 //!   the plugin);
 //! - the IPAM plugin's own error: the IPAM plugin's code;
+//! - CHECK without a prevResult: 7 (nothing to compare with);
 //! - what CHECK finds different from the prevResult, and whatever else
-//!   the kernel refused: 999, with a message naming what and where.
+//!   the kernel refused: 999, as the reference, with a message naming
+//!   what and where.
 
 use libcni::error::{CniError, ErrorCode, ErrorList, ToCniError};
 use libcni::netlink::sublink::SubLinkError;

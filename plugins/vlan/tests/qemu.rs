@@ -1,11 +1,14 @@
 //! The vlan plugin against a kernel with 802.1Q links, which this
 //! machine's kernel lacks: the shared qemu guest (testing/qemu-guest) runs
-//! qemu/guest-tests.sh with the vlan binary and our host-local. It checks
-//! the link (kind, VLAN id, protocol, MTU, no temporary names left), the
-//! result, traffic to a peer on the same VLAN and none from another VLAN
-//! id, one VLAN id per parent, linkInContainer, CHECK, the rollback of a
-//! failed ADD and DEL (twice, without the netns). Boots qemu (about 45 s),
-//! so it runs only with CNI_QEMU=1.
+//! qemu/guest-tests.sh with the vlan binary and our host-local and
+//! static. It checks the link (kind, VLAN id, protocol, MTU, no temporary
+//! names left), the result, traffic to a peer on the same VLAN and none
+//! from another VLAN id, one VLAN id per parent, the master's MTU taken
+//! without `mtu`, no ARP/ND notify, linkInContainer, CHECK (and what it
+//! finds: another VLAN id, MAC or MTU), the rollback of a failed ADD (IPAM
+//! missing, a route refused, `static` answering without addresses) and
+//! DEL (twice, without the netns). Boots qemu (about 45 s), so it runs
+//! only with CNI_QEMU=1.
 
 use std::path::{Path, PathBuf};
 
@@ -26,9 +29,12 @@ const REQUIRED_CHECKS: &[&str] = &[
     "add-address-on-link",
     "add-default-route",
     "add-no-temp-links",
+    "add-no-arp-notify",
     "traffic-tagged",
     "check-ok",
     "check-wrong-vlan-id",
+    "check-wrong-mac-code",
+    "check-wrong-mac",
     "isolation-add",
     "isolation-vlan-300",
     "vlan-id-in-use-code",
@@ -38,10 +44,19 @@ const REQUIRED_CHECKS: &[&str] = &[
     "mtu-add",
     "mtu-on-link",
     "mtu-check",
+    "check-wrong-mtu",
+    "mtu-inherited-add",
+    "mtu-inherited",
+    "mtu-inherited-del",
     "mtu-too-big-code",
     "mtu-too-big-msg",
     "mtu-too-big-nothing-left",
     "mtu-too-big-no-lease",
+    "no-ips-code",
+    "no-ips-msg",
+    "no-ips-nothing-left",
+    "ipam-add-failed-msg",
+    "ipam-add-failed-nothing-left",
     "lic-add",
     "lic-link-parent",
     "lic-traffic",
@@ -72,6 +87,7 @@ fn vlan_links_on_a_kernel_with_8021q() {
             vec![
                 PathBuf::from(env!("CARGO_BIN_EXE_vlan")),
                 workspace_plugin("host-local"),
+                workspace_plugin("static"),
             ]
         },
         REQUIRED_CHECKS,
