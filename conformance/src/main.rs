@@ -119,7 +119,13 @@ struct BenchArgs {
     /// not built is skipped, with the reason.
     /// cluster-ipam (against our host-local, on a local etcd cluster) is
     /// skipped, with the reason, where /usr/bin/etcd or the plugin is
-    /// missing.
+    /// missing. secondary-guest (not in the default list: only when named;
+    /// about 5 minutes at 20 rounds) boots the qemu guest of testing/qemu-guest once and measures there
+    /// the plugins whose link types this kernel lacks (ipvlan, vlan, vrf,
+    /// and dummy, ours only); the guest runs under software emulation
+    /// (TCG), so only its ratios mean something. It needs the guest
+    /// prepared (testing/qemu-guest/scripts/prepare.sh) and the
+    /// bench-measure binary beside this one.
     #[arg(
         long,
         value_delimiter = ',',
@@ -130,6 +136,10 @@ struct BenchArgs {
     /// groups.
     #[arg(long, default_value_t = 20)]
     secondary_rounds: usize,
+    /// Timed ADD+DEL rounds per side of each plugin of the secondary-guest
+    /// group (after 3 rounds for peak RSS).
+    #[arg(long, default_value_t = 20)]
+    guest_rounds: usize,
     /// Rounds of the VERSION measurement.
     #[arg(long, default_value_t = 300)]
     version_rounds: usize,
@@ -410,6 +420,38 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
             rows.extend(r);
         }
         raw.insert(group.into(), serde_json::to_value(figs).unwrap_or_default());
+    }
+    if wants("secondary-guest") {
+        let guest = bench::secondary_guest::measure(&a.ours, &a.reference, a.guest_rounds)
+            .map_err(|e| format!("secondary-guest: {e}"))?;
+        for reason in &guest.skipped {
+            skipped.push(format!("secondary-guest {reason}"));
+        }
+        skipped.push(format!(
+            "secondary-guest: measured in a {} (guest kernel {}, {:.0} s boot)",
+            bench::secondary_guest::ENVIRONMENT,
+            guest.guest_kernel,
+            guest.boot_seconds
+        ));
+        for figs in &guest.figures {
+            rows.extend(bench::secondary_guest::rows(figs));
+        }
+        rows.extend(guest.version_row());
+        raw.insert(
+            "secondary_guest".into(),
+            serde_json::to_value(&guest.figures).unwrap_or_default(),
+        );
+        raw.insert(
+            "secondary_guest_environment".into(),
+            serde_json::json!({
+                "measured_in": bench::secondary_guest::ENVIRONMENT,
+                "guest_kernel": guest.guest_kernel,
+                "boot_seconds": guest.boot_seconds,
+                "version_plugin": guest.version_plugin,
+                "version_ms": guest.version_ms,
+                "skipped": guest.skipped,
+            }),
+        );
     }
     let ours_label = ours_label(&a.ours);
     let reference_label = reference_label(&a.reference);

@@ -8,6 +8,7 @@ pub mod cluster_ipam;
 pub mod host_local;
 pub mod portmap_scale;
 pub mod secondary;
+pub mod secondary_guest;
 pub mod version;
 pub mod workers;
 
