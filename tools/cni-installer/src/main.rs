@@ -3,7 +3,9 @@
 //!
 //! `install` checks every plugin of the image against its `SHA256SUMS`
 //! before it touches the node, and refuses with nothing replaced when one
-//! does not match or the list does not cover the folder. Then each plugin
+//! does not match or the list does not cover the folder (an unpacked
+//! release archive holds more than plugins: `--ignore-unlisted` with its
+//! `PLUGINS.SHA256SUMS` installs what that list names and nothing else). Then each plugin
 //! is written beside its destination, synced and renamed over it, so a
 //! runtime never execs a half-written binary and a plugin running at that
 //! moment keeps its old file (writing in place would fail with ETXTBSY).
@@ -70,6 +72,12 @@ struct InstallArgs {
     /// otherwise)
     #[arg(long)]
     force_conflist: bool,
+    /// Leave the files of FROM that the list does not name (neither checked
+    /// nor installed) instead of refusing the run: for an unpacked release
+    /// archive, whose tools and text files sit beside the plugins and whose
+    /// PLUGINS.SHA256SUMS names the plugins only
+    #[arg(long)]
+    ignore_unlisted: bool,
 }
 
 /// What a run did to one file.
@@ -114,7 +122,7 @@ fn install(args: &InstallArgs) -> Result<(), InstallerError> {
         .clone()
         .unwrap_or_else(|| args.from.join("SHA256SUMS"));
     let list = sums::read_list(&sums_path)?;
-    let problems = plugins::check_sources(&args.from, &sums_path, &list);
+    let problems = plugins::check_sources(&args.from, &sums_path, &list, args.ignore_unlisted);
     if !problems.is_empty() {
         return Err(InstallerError::Refused { problems });
     }

@@ -23,9 +23,15 @@ const LOCK_WAIT: LockWait = LockWait {
     holder: "another cni-installer",
 };
 
-/// Checks every listed source file, and that the folder holds nothing the
-/// list does not cover; returns every problem found (empty: all good).
-pub fn check_sources(from: &Path, list_path: &Path, list: &[ListedFile]) -> Vec<String> {
+/// Checks every listed source file, and (unless `ignore_unlisted`) that the
+/// folder holds nothing the list does not cover; returns every problem
+/// found (empty: all good).
+pub fn check_sources(
+    from: &Path,
+    list_path: &Path,
+    list: &[ListedFile],
+    ignore_unlisted: bool,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for file in list {
         let path = from.join(&file.name);
@@ -41,7 +47,12 @@ pub fn check_sources(from: &Path, list_path: &Path, list: &[ListedFile]) -> Vec<
         }
     }
     // A file the list does not name cannot be checked; the image was built
-    // wrong, and installing the rest would hide that.
+    // wrong, and installing the rest would hide that. A release archive's
+    // tools and text files are not plugins and are not listed: the caller
+    // says so, and they stay out of the plugin folder.
+    if ignore_unlisted {
+        return problems;
+    }
     let list_name = list_path.file_name();
     match std::fs::read_dir(from) {
         Ok(entries) => {

@@ -266,6 +266,84 @@ fn missing_or_unlisted_files_are_refused() {
     assert!(!bin.exists(), "nothing was written by any of the three");
 }
 
+#[test]
+fn an_unpacked_release_archive_installs_its_plugins_only() {
+    // Laid out as .ci/release packs an archive: plugins, tools and text
+    // files side by side, and PLUGINS.SHA256SUMS naming the plugins.
+    let archive = TempDir::new().unwrap();
+    let files: [(&str, &[u8]); 6] = [
+        ("bridge", b"bridge v1"),
+        ("loopback", b"loopback v1"),
+        ("cnitool", b"cnitool v1"),
+        ("cni-installer", b"cni-installer v1"),
+        ("LICENSE", b"license text"),
+        ("README.md", b"readme text"),
+    ];
+    for (name, bytes) in files {
+        fs::write(archive.path().join(name), bytes).unwrap();
+    }
+    let sums = Command::new("sha256sum")
+        .args(["bridge", "loopback"])
+        .current_dir(archive.path())
+        .output()
+        .unwrap();
+    assert!(sums.status.success(), "sha256sum: {sums:?}");
+    let list = archive.path().join("PLUGINS.SHA256SUMS");
+    fs::write(&list, sums.stdout).unwrap();
+    let node = TempDir::new().unwrap();
+    let bin = node.path().join("opt/cni/bin");
+    let install = |extra: &[&str]| {
+        Command::new(INSTALLER)
+            .arg("install")
+            .arg("--from")
+            .arg(archive.path())
+            .arg("--sums")
+            .arg(&list)
+            .arg("--to")
+            .arg(&bin)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    // As for an image, a file the list does not name refuses the run.
+    let out = install(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in ["cnitool", "cni-installer", "LICENSE", "README.md"] {
+        assert!(
+            err.contains(&format!("{:?}", archive.path().join(name))),
+            "{name}: {err}"
+        );
+    }
+    assert!(!bin.exists());
+
+    // Told that the folder holds more than plugins: the listed ones only.
+    let out = install(&["--ignore-unlisted"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout_lines(&out),
+        vec![
+            format!("installed {}", bin.join("bridge").display()),
+            format!("installed {}", bin.join("loopback").display()),
+            "done: 2 installed, 0 replaced, 0 unchanged, 0 kept".to_string(),
+        ]
+    );
+    assert_eq!(
+        contents(&bin).keys().collect::<Vec<_>>(),
+        ["bridge", "loopback"]
+    );
+
+    // Every listed plugin is still checked.
+    fs::write(archive.path().join("loopback"), b"loopback v1, damaged").unwrap();
+    fs::write(archive.path().join("bridge"), b"bridge v1, damaged").unwrap();
+    let out = install(&["--ignore-unlisted"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the list says"), "{err}");
+    assert_eq!(contents(&bin)["bridge"], b"bridge v1", "nothing replaced");
+}
+
 const CONFLIST: &str = r#"{
   "cniVersion": "1.0.0",
   "name": "net",
