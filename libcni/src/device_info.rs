@@ -10,7 +10,9 @@
 //! sees half a file.
 //!
 //! Only the `pci` type is built here (the one plugins of this suite have
-//! facts for); the others are kept as found when a file is updated.
+//! facts for). A file of another type (`vdpa`, `vhost-user`, `memif`) is
+//! the device plugin's account of a device we do not describe: it is left
+//! as it is, not turned into a `pci` file beside its own map.
 
 use std::fs;
 use std::io;
@@ -78,11 +80,14 @@ pub enum Written {
     Created,
     /// A file was there and was updated.
     Updated,
+    /// A file of another device type was there and was left as it is.
+    LeftAlone,
 }
 
 /// Writes `info` to `path`, or merges it into the file there: our keys of
 /// the `pci` map replace theirs, other keys and maps stay. A file that is
-/// not a JSON object is replaced (it could not be a device-info).
+/// not a JSON object is replaced (it could not be a device-info); one whose
+/// `type` is another device type is left alone.
 pub fn write_pci(path: &Path, info: &PciDeviceInfo) -> Result<Written, DeviceInfoError> {
     let existing = match fs::read(path) {
         Ok(bytes) => Some(bytes),
@@ -98,7 +103,16 @@ pub fn write_pci(path: &Path, info: &PciDeviceInfo) -> Result<Written, DeviceInf
     let (value, written) = match existing {
         None => (ours, Written::Created),
         Some(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(theirs)) => (merge(theirs, ours), Written::Updated),
+            Ok(Value::Object(theirs)) => match theirs.get("type").and_then(Value::as_str) {
+                Some(kind) if kind != "pci" => {
+                    log::info!(
+                        "{} describes a {kind:?} device; left as it is",
+                        path.display()
+                    );
+                    return Ok(Written::LeftAlone);
+                }
+                _ => (merge(theirs, ours), Written::Updated),
+            },
             Ok(_) | Err(_) => {
                 log::warn!(
                     "{} is not a device-info object; replacing it",
@@ -227,6 +241,17 @@ mod tests {
             bare.to_value()["pci"],
             json!({"pci-address": "0000:af:00.2"})
         );
+    }
+
+    #[test]
+    fn a_file_of_another_device_type_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("net1.json");
+        let theirs = json!({"type": "vdpa", "version": "1.1.0",
+            "vdpa": {"parent-device": "vdpa:0000:65:00.3", "driver": "vhost"}});
+        fs::write(&path, serde_json::to_vec(&theirs).unwrap()).unwrap();
+        assert_eq!(write_pci(&path, &info()).unwrap(), Written::LeftAlone);
+        assert_eq!(read(&path).unwrap().unwrap(), theirs);
     }
 
     #[test]

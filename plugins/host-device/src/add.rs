@@ -251,10 +251,12 @@ impl Call<'_> {
                 before,
             });
             let written = device_info::write_pci(path, &info)?;
-            state.device_info = Some(match written {
-                Written::Created => DeviceInfoChange::Created,
-                Written::Updated => DeviceInfoChange::Updated,
-            });
+            // A file we left alone is not ours to restore or remove.
+            state.device_info = match written {
+                Written::Created => Some(DeviceInfoChange::Created),
+                Written::Updated => Some(DeviceInfoChange::Updated),
+                Written::LeftAlone => None,
+            };
             self.store.save(&state)?;
         }
 
