@@ -374,17 +374,23 @@ impl HostLocalStore {
 
     /// The addresses host-local holds for the network (its lease files).
     pub fn leases(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.dir.path().join(&self.network)) else {
-            return Vec::new();
-        };
-        let mut leases: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect();
-        leases.sort();
-        leases
+        host_local_leases(&self.dir.path().join(&self.network))
     }
+}
+
+/// The addresses host-local holds in one network's store folder (its
+/// lease files, named by address), sorted; none when the folder is absent.
+pub fn host_local_leases(store: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(store) else {
+        return Vec::new();
+    };
+    let mut leases: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect();
+    leases.sort();
+    leases
 }
 
 /// What the plugins that put a sub-link of a host interface into a pod

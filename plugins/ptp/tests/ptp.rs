@@ -118,17 +118,7 @@ impl Host {
 
     /// The addresses host-local holds for the network.
     fn leases(&self) -> Vec<String> {
-        let dir = self.data_dir.path().join(NETWORK);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut leases: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
-            .collect();
-        leases.sort();
-        leases
+        conformance::testnet::host_local_leases(&self.data_dir.path().join(NETWORK))
     }
 
     /// The host's veth ends.

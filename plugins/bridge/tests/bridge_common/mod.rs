@@ -6,7 +6,6 @@
 
 #![allow(dead_code)]
 
-use std::fs;
 use std::path::PathBuf;
 
 use conformance::testnet::{bin_dir, PluginCall, PluginOutcome, TestNetns};
@@ -102,17 +101,7 @@ impl Fixture {
 
     /// Addresses host-local has leased in this test's network.
     pub fn leases(&self) -> Vec<String> {
-        let dir = self.data_dir.path().join(NETWORK);
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut leases: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect();
-        leases.sort();
-        leases
+        conformance::testnet::host_local_leases(&self.data_dir.path().join(NETWORK))
     }
 
     pub fn data_path(&self) -> PathBuf {
