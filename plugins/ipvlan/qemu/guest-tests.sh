@@ -10,7 +10,8 @@
 # Topology: the guest's own namespace is the "host". Each ipvlan mode gets
 # its own parent, since the kernel keeps one mode per parent: master0 (l2),
 # master1 (l3), master2 (l3s), each one end of a veth whose other end is in
-# namespace `peer`; master3 lives inside pod8 (linkInContainer). The peer
+# namespace `peer`; master3 lives inside pod8 (linkInContainer); master4
+# (MTU 1200) is the parent of the inherited-MTU check. The peer
 # has 10.62.0.1/24 on master0's link and 10.65.0.1/24 on master3's. Pods
 # are namespaces.
 set -u
@@ -33,7 +34,7 @@ network=ipvlnet
 leases=$ipam_dir/$network
 
 netns_add peer
-for pod in pod1 pod2 pod3 pod4 pod5 pod6 pod7 pod8 pod9 pod10; do netns_add "$pod"; done
+for pod in pod1 pod2 pod3 pod4 pod5 pod6 pod7 pod8 pod9 pod10 pod11; do netns_add "$pod"; done
 for n in 0 1 2; do
     ip link add "master$n" type veth peer name "peer$n" netns peer
     ip link set "master$n" up
@@ -176,6 +177,18 @@ cni_call ipvlan ADD /run/netns/pod10 net1 ctr10 "$(conf 10.62.0.0/24 '{"mtu": 16
 check_eq mtu-too-big-code 7 "$(jqc -r .code <<<"$cni_out")"
 check_eq mtu-too-big-nothing-left "" "$(pod_link pod10 net1)"
 check_eq mtu-too-big-no-lease "$before" "$(lease_count)"
+# Without "mtu" the link takes its parent's: master4 (MTU 1200), its own
+# parent since the kernel keeps one ipvlan mode per parent.
+ip link add master4 mtu 1200 type veth peer name peer4 netns peer
+ip link set master4 up
+ip -n peer link set peer4 up
+conf11=$(conf 10.62.0.0/24 '{"master": "master4"}')
+cni_call ipvlan ADD /run/netns/pod11 net1 ctr11 "$conf11"
+check_eq mtu-inherited-add 0 "$cni_status"
+check_eq mtu-inherited 1200 "$(pod_link pod11 net1 | jqc -r .mtu)"
+cni_call ipvlan DEL /run/netns/pod11 net1 ctr11 "$conf11"
+check_eq mtu-inherited-del 0 "$cni_status"
+check_eq mtu-inherited-link-gone "" "$(pod_link pod11 net1)"
 
 # --- rollback: a failure after IPAM ADD leaves nothing ------------------------
 before=$(lease_count)
