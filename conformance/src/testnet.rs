@@ -495,14 +495,22 @@ impl MasterNet {
 
 /// One attachment (`container_id`, `ifname`) of a sub-link plugin's
 /// binary in a [`MasterNet`], with host-local leasing from a
-/// [`HostLocalStore`]: what the macvlan, ipvlan and vlan tests share.
-/// Derefs to the [`MasterNet`].
+/// [`HostLocalStore`] and the plugin's usual configuration: what the
+/// macvlan, ipvlan and vlan tests share. Derefs to the [`MasterNet`].
 pub struct SubLinkRig {
     pub net: MasterNet,
     pub store: HostLocalStore,
     pub plugin: PathBuf,
     pub container_id: &'static str,
     pub ifname: &'static str,
+    /// The plugin's configuration without `ipam`: [`SubLinkRig::conf`]
+    /// adds the store's, since its `dataDir` is only known here.
+    conf_without_ipam: Value,
+    /// The one host-local range (`{"subnet": …, …}`) of [`SubLinkRig::ipam`].
+    ipam_range: Value,
+    /// `routes` for [`SubLinkRig::ipam`], for a plugin whose tests send
+    /// traffic through the pod's default route.
+    ipam_routes: Option<Value>,
 }
 
 impl std::ops::Deref for SubLinkRig {
@@ -515,12 +523,15 @@ impl std::ops::Deref for SubLinkRig {
 impl SubLinkRig {
     /// The namespaces of [`MasterNet::new`] and a store for `network`;
     /// builds the workspace's host-local if needed ([`workspace_plugin`]).
+    /// `conf_without_ipam` and `ipam_range` make [`SubLinkRig::conf`].
     pub fn new(
         plugin: &str,
         network: &str,
         tag: &str,
         master_in_pod: bool,
         (container_id, ifname): (&'static str, &'static str),
+        conf_without_ipam: Value,
+        ipam_range: Value,
     ) -> SubLinkRig {
         workspace_plugin("host-local");
         SubLinkRig {
@@ -529,7 +540,33 @@ impl SubLinkRig {
             plugin: PathBuf::from(plugin),
             container_id,
             ifname,
+            conf_without_ipam,
+            ipam_range,
+            ipam_routes: None,
         }
+    }
+
+    /// The rig with `routes` in its `ipam`.
+    pub fn with_ipam_routes(mut self, routes: Value) -> SubLinkRig {
+        self.ipam_routes = Some(routes);
+        self
+    }
+
+    /// host-local in this rig's store, with its range (and routes).
+    pub fn ipam(&self) -> Value {
+        let mut ipam = self.store.ipam(self.ipam_range.clone());
+        if let Some(routes) = &self.ipam_routes {
+            ipam["routes"] = routes.clone();
+        }
+        ipam
+    }
+
+    /// The plugin's usual configuration with [`SubLinkRig::ipam`], and
+    /// each top-level key of `extra` set over it ([`merged`]).
+    pub fn conf(&self, extra: Value) -> Value {
+        let mut conf = self.conf_without_ipam.clone();
+        conf["ipam"] = self.ipam();
+        merged(conf, &extra)
     }
 
     /// A call of the attachment, from the host namespace.
@@ -557,6 +594,51 @@ impl SubLinkRig {
     pub fn assert_nothing_left(&self) {
         self.assert_no_links_left();
         assert_eq!(self.leases(), Vec::<String>::new());
+    }
+
+    /// CHECK's steps before the link, which need no link in the kernel;
+    /// `conf` has host-local IPAM and nothing is leased yet. A
+    /// prevResult names the attachment's interface in the pod with
+    /// `address`, and:
+    /// - with no lease, the plugin's CHECK fails with the IPAM plugin's
+    ///   own code and message: IPAM is asked first, and its verdict is
+    ///   passed on as it is, not rewritten;
+    /// - after a lease is taken (as ADD would have left it), CHECK
+    ///   without prevResult is 7 "Required prevResult missing": there is
+    ///   nothing to compare the link with;
+    /// - a prevResult whose interface is in another sandbox is 999,
+    ///   since the link it names is not the one in this pod.
+    ///
+    /// Returns the prevResult, with the lease held, for the plugin's own
+    /// findings about the link.
+    pub fn assert_check_steps_before_the_link(&self, conf: &Value, address: &str) -> Value {
+        let prev = serde_json::json!({
+            "cniVersion": "1.1.0",
+            "interfaces": [{"name": self.ifname, "sandbox": self.pod.path().display().to_string()}],
+            "ips": [{"address": address, "interface": 0}],
+        });
+        let checked = with_prev(conf, &prev);
+        let from_ipam = self.run_ipam("CHECK", &checked);
+        let out = self.run("CHECK", &checked);
+        assert_eq!(out.error_code(), from_ipam.error_code());
+        assert_eq!(out.msg(), from_ipam.msg());
+        self.run_ipam("ADD", conf).assert_ok();
+
+        let out = self.run("CHECK", conf);
+        assert_eq!(out.error_code(), 7);
+        assert_eq!(out.msg(), "Required prevResult missing");
+
+        let mut elsewhere = prev.clone();
+        elsewhere["interfaces"][0]["sandbox"] = serde_json::json!("/run/netns/other");
+        let out = self.run("CHECK", &with_prev(conf, &elsewhere));
+        assert_eq!(out.error_code(), 999);
+        assert!(
+            out.msg()
+                .starts_with("Sandbox in prevResult /run/netns/other doesn't match"),
+            "{}",
+            out.msg()
+        );
+        prev
     }
 
     /// ADD of `conf` into a pod namespace that is gone (3) or a path that

@@ -17,70 +17,56 @@ const CONTAINER_ID: &str = "ctr-1";
 const IFNAME: &str = "net1";
 const PEER_IP: &str = "10.55.0.1";
 
-struct Fixture(SubLinkRig);
-
-impl std::ops::Deref for Fixture {
-    type Target = SubLinkRig;
-    fn deref(&self) -> &SubLinkRig {
-        &self.0
-    }
-}
-
-impl Fixture {
-    /// `master0` in the host, its peer (10.55.0.1/24) in the peer
-    /// namespace; with `master_in_pod`, the master is in the pod instead
-    /// (linkInContainer).
-    fn new(tag: &str, master_in_pod: bool) -> Fixture {
-        let rig = SubLinkRig::new(PLUGIN, NETWORK, tag, master_in_pod, (CONTAINER_ID, IFNAME));
-        rig.peer_address("10.55.0.1/24");
-        Fixture(rig)
-    }
-
-    fn ipam(&self) -> Value {
-        let mut ipam = self.store.ipam(
-            json!({"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}),
-        );
-        ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
-        ipam
-    }
-
-    fn conf(&self, version: &str, extra: Value) -> Value {
-        let conf = json!({
-            "cniVersion": version,
+/// The attachment in namespaces of its own (`tag`): `master0` in the
+/// host, its peer (10.55.0.1/24) in the peer namespace; with
+/// `master_in_pod`, the master is in the pod instead (linkInContainer).
+/// Configurations are 1.0.0 unless a test says otherwise, and lease from
+/// 10.55.0.10 with a default route through the peer, for traffic.
+fn rig(tag: &str, master_in_pod: bool) -> SubLinkRig {
+    let rig = SubLinkRig::new(
+        PLUGIN,
+        NETWORK,
+        tag,
+        master_in_pod,
+        (CONTAINER_ID, IFNAME),
+        json!({
+            "cniVersion": "1.0.0",
             "name": NETWORK,
             "type": "macvlan",
             "master": "master0",
-            "ipam": self.ipam(),
-        });
-        conformance::testnet::merged(conf, &extra)
-    }
+        }),
+        json!({"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}),
+    )
+    .with_ipam_routes(json!([{"dst": "0.0.0.0/0"}]));
+    rig.peer_address("10.55.0.1/24");
+    rig
+}
 
-    /// `ip -d -j link show` of `dev` in the pod, if it is there.
-    fn pod_link(&self, dev: &str) -> Option<Value> {
-        self.pod
-            .links()
-            .iter()
-            .any(|l| l == dev)
-            .then(|| self.pod.ip_json(&["-d", "link", "show", "dev", dev])[0].clone())
-    }
+/// `ip -d -j link show` of `dev` in the pod, if it is there.
+fn pod_link(rig: &SubLinkRig, dev: &str) -> Option<Value> {
+    rig.pod
+        .links()
+        .iter()
+        .any(|l| l == dev)
+        .then(|| rig.pod.ip_json(&["-d", "link", "show", "dev", dev])[0].clone())
+}
 
-    /// The host's `master0` index: what a macvlan made on it names as
-    /// its link (in another namespace).
-    fn master_index(&self) -> Value {
-        self.host.ip_json(&["link", "show", "dev", "master0"])[0]["ifindex"].clone()
-    }
+/// The host's `master0` index: what a macvlan made on it names as its
+/// link (in another namespace).
+fn master_index(rig: &SubLinkRig) -> Value {
+    rig.host.ip_json(&["link", "show", "dev", "master0"])[0]["ifindex"].clone()
+}
 
-    fn pod_ipv4(&self) -> Vec<String> {
-        let v = self.pod.ip_json(&["-4", "addr", "show", "dev", IFNAME]);
-        v[0]["addr_info"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
+fn pod_ipv4(rig: &SubLinkRig) -> Vec<String> {
+    let v = rig.pod.ip_json(&["-4", "addr", "show", "dev", IFNAME]);
+    v[0]["addr_info"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn has_check(version: &str) -> bool {
@@ -92,8 +78,8 @@ fn has_check(version: &str) -> bool {
 #[test]
 fn add_check_del_in_every_version() {
     for version in ALL_VERSIONS {
-        let fx = Fixture::new("mv-v", false);
-        let conf = fx.conf(version, json!({}));
+        let fx = rig("mv-v", false);
+        let conf = fx.conf(json!({"cniVersion": version}));
         if version == "1.1.0" {
             fx.run("STATUS", &conf).assert_ok();
         }
@@ -101,11 +87,11 @@ fn add_check_del_in_every_version() {
         out.assert_ok();
         let result = out.json();
         assert_eq!(result["cniVersion"], version);
-        let link = fx.pod_link(IFNAME).expect("macvlan in the pod");
+        let link = pod_link(&fx, IFNAME).expect("macvlan in the pod");
         assert_eq!(link["linkinfo"]["info_kind"], "macvlan");
         assert_eq!(link["linkinfo"]["info_data"]["mode"], "bridge");
-        assert_eq!(link["link_index"], fx.master_index());
-        assert_eq!(fx.pod_ipv4(), vec!["10.55.0.10/24".to_string()]);
+        assert_eq!(link["link_index"], master_index(&fx));
+        assert_eq!(pod_ipv4(&fx), vec!["10.55.0.10/24".to_string()]);
         // Neighbours learn of the new address at once.
         for sysctl in [
             format!("net.ipv4.conf.{IFNAME}.arp_notify"),
@@ -165,8 +151,8 @@ fn add_check_del_in_every_version() {
 #[test]
 fn layer2_only() {
     for version in ALL_VERSIONS {
-        let fx = Fixture::new("mv-l2", false);
-        let conf = fx.conf(version, json!({"ipam": {}}));
+        let fx = rig("mv-l2", false);
+        let conf = fx.conf(json!({"cniVersion": version, "ipam": {}}));
         let out = fx.run("ADD", &conf);
         if matches!(version, "0.1.0" | "0.2.0") {
             assert_eq!(out.error_code(), 1, "{version}");
@@ -178,9 +164,9 @@ fn layer2_only() {
         let result = out.json();
         assert!(result.get("ips").is_none(), "{result}");
         assert_eq!(result["interfaces"][0]["name"], IFNAME);
-        let link = fx.pod_link(IFNAME).unwrap();
+        let link = pod_link(&fx, IFNAME).unwrap();
         assert!(link["flags"].as_array().unwrap().contains(&json!("UP")));
-        assert!(fx.pod_ipv4().is_empty());
+        assert!(pod_ipv4(&fx).is_empty());
         if has_check(version) {
             fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
         }
@@ -192,26 +178,23 @@ fn layer2_only() {
 /// The master inside the pod: the macvlan is made there, and works.
 #[test]
 fn link_in_container() {
-    let fx = Fixture::new("mv-lic", true);
-    let conf = fx.conf("1.0.0", json!({"linkInContainer": true}));
+    let fx = rig("mv-lic", true);
+    let conf = fx.conf(json!({"linkInContainer": true}));
     let out = fx.run("ADD", &conf);
     out.assert_ok();
-    let link = fx.pod_link(IFNAME).unwrap();
+    let link = pod_link(&fx, IFNAME).unwrap();
     assert_eq!(link["link"], "master0");
     assert!(fx.pod.ping(PEER_IP));
     fx.run("CHECK", &with_prev(&conf, &out.json())).assert_ok();
     // Without linkInContainer the master is looked for on the host.
-    let out_host = fx.run(
-        "CHECK",
-        &with_prev(&fx.conf("1.0.0", json!({})), &out.json()),
-    );
+    let out_host = fx.run("CHECK", &with_prev(&fx.conf(json!({})), &out.json()));
     assert_eq!(out_host.error_code(), 7);
     assert!(out_host.json()["msg"]
         .as_str()
         .unwrap()
         .contains("failed to lookup master \"master0\""));
     fx.run("DEL", &conf).assert_ok();
-    assert!(fx.pod_link(IFNAME).is_none());
+    assert!(pod_link(&fx, IFNAME).is_none());
     assert!(fx.leases().is_empty());
 
     // No `master`: the default route's link, looked for in the pod.
@@ -228,17 +211,17 @@ fn link_in_container() {
     fx.pod
         .ip(&["route", "add", "default", "via", PEER_IP, "dev", "master0"]);
     fx.run("ADD", &conf).assert_ok();
-    assert_eq!(fx.pod_link(IFNAME).unwrap()["link"], "master0");
+    assert_eq!(pod_link(&fx, IFNAME).unwrap()["link"], "master0");
     fx.run("DEL", &conf).assert_ok();
-    assert!(fx.pod_link(IFNAME).is_none());
+    assert!(pod_link(&fx, IFNAME).is_none());
     assert!(fx.leases().is_empty());
 }
 
 /// No `master`: the link of the host's default route.
 #[test]
 fn default_master_from_the_default_route() {
-    let fx = Fixture::new("mv-dr", false);
-    let mut conf = fx.conf("1.0.0", json!({}));
+    let fx = rig("mv-dr", false);
+    let mut conf = fx.conf(json!({}));
     conf.as_object_mut().unwrap().remove("master");
     let out = fx.run("ADD", &conf);
     assert_eq!(out.error_code(), 7);
@@ -255,8 +238,8 @@ fn default_master_from_the_default_route() {
     let out = fx.run("ADD", &conf);
     out.assert_ok();
     assert_eq!(
-        fx.pod_link(IFNAME).unwrap()["link_index"],
-        fx.master_index()
+        pod_link(&fx, IFNAME).unwrap()["link_index"],
+        master_index(&fx)
     );
     assert!(fx.pod.ping(PEER_IP));
     fx.run("CHECK", &with_prev(&conf, &out.json())).assert_ok();
@@ -267,29 +250,32 @@ fn default_master_from_the_default_route() {
 /// The MAC from `CNI_ARGS`, and from `runtimeConfig.mac` over it.
 #[test]
 fn mac_from_cni_args_and_runtime_config() {
-    let fx = Fixture::new("mv-mac", false);
-    let conf = fx.conf("1.0.0", json!({"mac": "c2:00:00:00:00:01"}));
+    let fx = rig("mv-mac", false);
+    let conf = fx.conf(json!({"mac": "c2:00:00:00:00:01"}));
     let out = fx
         .call("ADD", &conf)
         .var("CNI_ARGS", "IgnoreUnknown=true;MAC=c2:11:22:33:44:55")
         .run(PLUGIN.as_ref());
     out.assert_ok();
     assert_eq!(out.json()["interfaces"][0]["mac"], "c2:11:22:33:44:55");
-    assert_eq!(fx.pod_link(IFNAME).unwrap()["address"], "c2:11:22:33:44:55");
+    assert_eq!(
+        pod_link(&fx, IFNAME).unwrap()["address"],
+        "c2:11:22:33:44:55"
+    );
     assert!(fx.pod.ping(PEER_IP));
     fx.run("DEL", &conf).assert_ok();
 
-    let conf = fx.conf(
-        "1.0.0",
-        json!({"RuntimeConfig": {"mac": "c2:66:77:88:99:aa"}}),
-    );
+    let conf = fx.conf(json!({"RuntimeConfig": {"mac": "c2:66:77:88:99:aa"}}));
     let out = fx
         .call("ADD", &conf)
         .var("CNI_ARGS", "IgnoreUnknown=true;MAC=c2:11:22:33:44:55")
         .run(PLUGIN.as_ref());
     out.assert_ok();
     assert_eq!(out.json()["interfaces"][0]["mac"], "c2:66:77:88:99:aa");
-    assert_eq!(fx.pod_link(IFNAME).unwrap()["address"], "c2:66:77:88:99:aa");
+    assert_eq!(
+        pod_link(&fx, IFNAME).unwrap()["address"],
+        "c2:66:77:88:99:aa"
+    );
     // CHECK compares the MAC with the prevResult's.
     let mut prev = out.json();
     prev["interfaces"][0]["mac"] = json!("c2:00:00:00:00:99");
@@ -303,15 +289,14 @@ fn mac_from_cni_args_and_runtime_config() {
 /// mode that differs from the configuration.
 #[test]
 fn modes_mtu_and_bcqueuelen() {
-    let fx = Fixture::new("mv-mode", false);
+    let fx = rig("mv-mode", false);
     for mode in ["bridge", "private", "vepa", "passthru", "source"] {
-        let conf = fx.conf(
-            "1.1.0",
-            json!({"mode": mode, "mtu": 1400, "bcqueuelen": 123, "ipam": {}}),
-        );
+        let conf = fx.conf(json!({
+            "cniVersion": "1.1.0", "mode": mode, "mtu": 1400, "bcqueuelen": 123, "ipam": {},
+        }));
         let out = fx.run("ADD", &conf);
         out.assert_ok();
-        let link = fx.pod_link(IFNAME).unwrap();
+        let link = pod_link(&fx, IFNAME).unwrap();
         assert_eq!(link["linkinfo"]["info_data"]["mode"], mode);
         assert_eq!(link["mtu"], 1400);
         if mode != "passthru" {
@@ -323,7 +308,7 @@ fn modes_mtu_and_bcqueuelen() {
         let out_other = fx.run(
             "CHECK",
             &with_prev(
-                &fx.conf("1.1.0", json!({"mode": other, "ipam": {}})),
+                &fx.conf(json!({"cniVersion": "1.1.0", "mode": other, "ipam": {}})),
                 &out.json(),
             ),
         );
@@ -332,14 +317,14 @@ fn modes_mtu_and_bcqueuelen() {
             "mode {mode} does not match expected value: {other}"
         )));
         fx.run("DEL", &conf).assert_ok();
-        assert!(fx.pod_link(IFNAME).is_none());
+        assert!(pod_link(&fx, IFNAME).is_none());
     }
 }
 
 /// Bad input fails with its code and leaves nothing.
 #[test]
 fn bad_input_changes_nothing() {
-    let fx = Fixture::new("mv-bad", false);
+    let fx = rig("mv-bad", false);
     let cases = [
         (
             json!({"mtu": 1600}),
@@ -375,31 +360,31 @@ fn bad_input_changes_nothing() {
         ),
     ];
     for (extra, code, message) in cases {
-        let out = fx.run("ADD", &fx.conf("1.0.0", extra.clone()));
+        let out = fx.run("ADD", &fx.conf(extra.clone()));
         assert_eq!(out.error_code(), code, "{extra}");
         let msg = out.json()["msg"].as_str().unwrap().to_string();
         assert!(msg.contains(message), "{extra}: {msg}");
         fx.assert_nothing_left();
     }
     let out = fx
-        .call("ADD", &fx.conf("1.0.0", json!({})))
+        .call("ADD", &fx.conf(json!({})))
         .var("CNI_ARGS", "MAC=c2:11:22:33:44:55;OTHER=1")
         .run(PLUGIN.as_ref());
     assert_eq!(out.error_code(), 4);
     fx.assert_nothing_left();
-    fx.assert_add_needs_the_netns(&fx.conf("1.0.0", json!({})));
+    fx.assert_add_needs_the_netns(&fx.conf(json!({})));
     // CNI_IFNAME taken in the pod: the new link goes again.
     fx.pod.ip(&[
         "link", "add", IFNAME, "type", "veth", "peer", "name", "other0",
     ]);
-    let out = fx.run("ADD", &fx.conf("1.0.0", json!({})));
+    let out = fx.run("ADD", &fx.conf(json!({})));
     assert_eq!(out.error_code(), 999);
     assert!(out.json()["msg"]
         .as_str()
         .unwrap()
         .contains("failed to rename macvlan to \"net1\""));
     assert_eq!(
-        fx.pod_link(IFNAME).unwrap()["linkinfo"]["info_kind"],
+        pod_link(&fx, IFNAME).unwrap()["linkinfo"]["info_kind"],
         "veth"
     );
     assert_eq!(MasterNet::extra_links(&fx.pod).len(), 2);
@@ -411,7 +396,7 @@ fn bad_input_changes_nothing() {
 /// refused ADD leaves no link and no lease.
 #[test]
 fn passthru_conflicts_on_a_master_are_configuration_errors() {
-    let fx = Fixture::new("mv-pt", false);
+    let fx = rig("mv-pt", false);
     let second = TestNetns::new("mv-pt-q");
     let call_second = |command: &str, conf: &Value| {
         PluginCall::new(command)
@@ -420,8 +405,8 @@ fn passthru_conflicts_on_a_master_are_configuration_errors() {
             .in_netns(&fx.host)
             .run(PLUGIN.as_ref())
     };
-    let bridge = fx.conf("1.0.0", json!({"mode": "bridge"}));
-    let passthru = fx.conf("1.0.0", json!({"mode": "passthru"}));
+    let bridge = fx.conf(json!({"mode": "bridge"}));
+    let passthru = fx.conf(json!({"mode": "passthru"}));
     for (first, then, mode) in [
         (&passthru, &bridge, "bridge"),
         (&bridge, &passthru, "passthru"),
@@ -449,16 +434,16 @@ fn passthru_conflicts_on_a_master_are_configuration_errors() {
 /// ADD releases the lease too.
 #[test]
 fn failures_after_the_link_exists_roll_back() {
-    let fx = Fixture::new("mv-rb", false);
+    let fx = rig("mv-rb", false);
     // No such IPAM plugin.
-    let conf = fx.conf("1.0.0", json!({"ipam": {"type": "no-such-ipam"}}));
+    let conf = fx.conf(json!({"ipam": {"type": "no-such-ipam"}}));
     let out = fx.run("ADD", &conf);
     assert_ne!(out.code, 0);
     fx.assert_nothing_left();
     // IPAM succeeds, then a route through an unreachable gateway fails.
     let mut ipam = fx.ipam();
     ipam["routes"] = json!([{"dst": "10.99.0.0/16", "gw": "10.200.0.1"}]);
-    let conf = fx.conf("1.0.0", json!({"ipam": ipam}));
+    let conf = fx.conf(json!({"ipam": ipam}));
     let out = fx.run("ADD", &conf);
     assert_eq!(out.error_code(), 999);
     assert!(out.json()["msg"]
@@ -472,8 +457,8 @@ fn failures_after_the_link_exists_roll_back() {
 /// `CNI_NETNS` too.
 #[test]
 fn del_without_the_netns() {
-    let fx = Fixture::new("mv-gone", false);
-    let conf = fx.conf("1.0.0", json!({}));
+    let fx = rig("mv-gone", false);
+    let conf = fx.conf(json!({}));
     fx.run("ADD", &conf).assert_ok();
     assert_eq!(fx.leases().len(), 1);
     let pod_path = fx.pod.path();
@@ -504,8 +489,8 @@ fn del_without_the_netns() {
 /// CHECK finds what was removed after ADD.
 #[test]
 fn check_finds_damage() {
-    let fx = Fixture::new("mv-dmg", false);
-    let conf = fx.conf("1.0.0", json!({}));
+    let fx = rig("mv-dmg", false);
+    let conf = fx.conf(json!({}));
     let out = fx.run("ADD", &conf);
     out.assert_ok();
     let prev = out.json();
@@ -577,8 +562,8 @@ fn check_finds_damage() {
 /// attachment releases its lease.
 #[test]
 fn gc_and_status_ask_ipam() {
-    let fx = Fixture::new("mv-gc", false);
-    let conf = fx.conf("1.1.0", json!({}));
+    let fx = rig("mv-gc", false);
+    let conf = fx.conf(json!({"cniVersion": "1.1.0"}));
     fx.run("ADD", &conf).assert_ok();
     fx.run("STATUS", &conf).assert_ok();
     let mut gc = conf.clone();
@@ -597,7 +582,7 @@ fn gc_and_status_ask_ipam() {
         .assert_ok();
     assert!(fx.leases().is_empty());
     // Layer 2: nothing to ask.
-    let l2 = fx.conf("1.1.0", json!({"ipam": {}}));
+    let l2 = fx.conf(json!({"cniVersion": "1.1.0", "ipam": {}}));
     fx.run("STATUS", &l2).assert_ok();
     // An IPAM plugin that is not there: STATUS and GC say so.
     let mut broken = conf.clone();
@@ -615,7 +600,7 @@ fn gc_and_status_ask_ipam() {
         );
     }
     // Before 1.1.0 there is no STATUS or GC.
-    let old = fx.conf("1.0.0", json!({}));
+    let old = fx.conf(json!({}));
     for command in ["STATUS", "GC"] {
         let out = PluginCall::new(command)
             .stdin_json(&old)
@@ -641,14 +626,14 @@ fn gc_and_status_ask_ipam() {
 /// kept (the reference replaces it with the empty configuration DNS).
 #[test]
 fn mtu_from_the_master_and_dns_in_the_result() {
-    let fx = Fixture::new("mv-dns", false);
+    let fx = rig("mv-dns", false);
     fx.host.ip(&["link", "set", "master0", "mtu", "1400"]);
     let dns = json!({"nameservers": ["10.55.0.53"], "domain": "pods.test", "search": ["a.test"]});
-    let conf = fx.conf("1.1.0", json!({"dns": dns}));
+    let conf = fx.conf(json!({"cniVersion": "1.1.0", "dns": dns}));
     let out = fx.run("ADD", &conf);
     out.assert_ok();
     let result = out.json();
-    assert_eq!(fx.pod_link(IFNAME).unwrap()["mtu"], 1400);
+    assert_eq!(pod_link(&fx, IFNAME).unwrap()["mtu"], 1400);
     assert_eq!(result["interfaces"][0]["mtu"], 1400);
     assert_eq!(result["dns"], dns);
     fx.run("CHECK", &with_prev(&conf, &result)).assert_ok();
@@ -656,7 +641,7 @@ fn mtu_from_the_master_and_dns_in_the_result() {
 
     let resolv = fx.store.data_dir() + "/resolv.conf";
     std::fs::write(&resolv, "nameserver 10.55.0.54\nsearch b.test\n").unwrap();
-    let mut conf = fx.conf("1.1.0", json!({}));
+    let mut conf = fx.conf(json!({"cniVersion": "1.1.0"}));
     conf["ipam"]["resolvConf"] = json!(resolv);
     let out = fx.run("ADD", &conf);
     out.assert_ok();
@@ -672,9 +657,9 @@ fn mtu_from_the_master_and_dns_in_the_result() {
 /// and the link made for it deleted again.
 #[test]
 fn ipam_without_addresses_is_refused_and_leaves_nothing() {
-    let fx = Fixture::new("mv-noip", false);
+    let fx = rig("mv-noip", false);
     workspace_plugin("static");
-    let conf = fx.conf("1.0.0", json!({"ipam": {"type": "static"}}));
+    let conf = fx.conf(json!({"ipam": {"type": "static"}}));
     let out = fx.run("ADD", &conf);
     assert_eq!(out.error_code(), 999, "{}", out.stdout);
     assert_eq!(out.msg(), "IPAM plugin returned missing IP config");
@@ -685,15 +670,15 @@ fn ipam_without_addresses_is_refused_and_leaves_nothing() {
 /// a DEL that works afterwards finds nothing left to do.
 #[test]
 fn del_reports_ipam_failures_and_still_deletes_the_link() {
-    let fx = Fixture::new("mv-delipam", false);
-    let conf = fx.conf("1.0.0", json!({}));
+    let fx = rig("mv-delipam", false);
+    let conf = fx.conf(json!({}));
     fx.run("ADD", &conf).assert_ok();
     let mut broken = conf.clone();
     broken["ipam"]["type"] = json!("no-such-ipam");
     let out = fx.run("DEL", &broken);
     assert_ne!(out.code, 0, "{}", out.stdout);
     assert!(out.msg().contains("no-such-ipam"), "{}", out.stdout);
-    assert!(fx.pod_link(IFNAME).is_none());
+    assert!(pod_link(&fx, IFNAME).is_none());
     assert_eq!(fx.leases().len(), 1);
     fx.run("DEL", &conf).assert_ok();
     fx.assert_nothing_left();

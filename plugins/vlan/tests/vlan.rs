@@ -10,44 +10,31 @@
 //! tested in the qemu guest (`qemu/guest-tests.sh`).
 
 use conformance::testnet::{ip, with_prev, MasterNet, PluginCall, SubLinkRig};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_vlan");
 const NETWORK: &str = "vlannet";
 const CONTAINER_ID: &str = "ctr-1";
 const IFNAME: &str = "net1";
 
-struct Fixture(SubLinkRig);
-
-impl std::ops::Deref for Fixture {
-    type Target = SubLinkRig;
-    fn deref(&self) -> &SubLinkRig {
-        &self.0
-    }
-}
-
-impl Fixture {
-    fn new(tag: &str, master_in_pod: bool) -> Fixture {
-        Fixture(SubLinkRig::new(
-            PLUGIN,
-            NETWORK,
-            tag,
-            master_in_pod,
-            (CONTAINER_ID, IFNAME),
-        ))
-    }
-
-    fn conf(&self, extra: Value) -> Value {
-        let conf = json!({
+/// The attachment in namespaces of its own (`tag`), with the vlan
+/// configuration on `master0` and a host-local range of its own.
+fn rig(tag: &str, master_in_pod: bool) -> SubLinkRig {
+    SubLinkRig::new(
+        PLUGIN,
+        NETWORK,
+        tag,
+        master_in_pod,
+        (CONTAINER_ID, IFNAME),
+        json!({
             "cniVersion": "1.1.0",
             "name": NETWORK,
             "type": "vlan",
             "master": "master0",
             "vlanId": 1234,
-            "ipam": self.store.ipam(json!({"subnet": "10.56.0.0/24", "rangeStart": "10.56.0.10"})),
-        });
-        conformance::testnet::merged(conf, &extra)
-    }
+        }),
+        json!({"subnet": "10.56.0.0/24", "rangeStart": "10.56.0.10"}),
+    )
 }
 
 /// Whether this kernel makes 802.1Q links.
@@ -62,7 +49,7 @@ fn kernel_has_vlan() -> bool {
 fn add_where_the_kernel_lacks_vlan() {
     let has_vlan = kernel_has_vlan();
     for master_in_pod in [false, true] {
-        let fx = Fixture::new("vl-k", master_in_pod);
+        let fx = rig("vl-k", master_in_pod);
         let conf = fx.conf(json!({"linkInContainer": master_in_pod}));
         let out = fx.run("ADD", &conf);
         if has_vlan {
@@ -87,7 +74,7 @@ fn add_where_the_kernel_lacks_vlan() {
 /// Configuration errors: code 7, the reference's texts, nothing made.
 #[test]
 fn bad_configuration_changes_nothing() {
-    let fx = Fixture::new("vl-bad", false);
+    let fx = rig("vl-bad", false);
     let mut no_master = fx.conf(json!({}));
     no_master.as_object_mut().unwrap().remove("master");
     let mut no_ipam = fx.conf(json!({}));
@@ -134,7 +121,7 @@ fn bad_configuration_changes_nothing() {
 /// still releases a lease it finds.
 #[test]
 fn del_is_idempotent() {
-    let fx = Fixture::new("vl-del", false);
+    let fx = rig("vl-del", false);
     let conf = fx.conf(json!({}));
     // A lease of this attachment, as a crashed ADD could leave it.
     let ipam_add = fx.run_ipam("ADD", &conf);
@@ -177,7 +164,7 @@ fn del_is_idempotent() {
 /// STATUS and GC go to the IPAM plugin.
 #[test]
 fn status_and_gc_ask_ipam() {
-    let fx = Fixture::new("vl-gc", false);
+    let fx = rig("vl-gc", false);
     let conf = fx.conf(json!({}));
     fx.run("STATUS", &conf).assert_ok();
     fx.run_ipam("ADD", &conf).assert_ok();
@@ -199,34 +186,10 @@ fn status_and_gc_ask_ipam() {
 /// with what differs). In versions before 0.4.0 there is no CHECK.
 #[test]
 fn check_finds_what_differs_before_and_at_the_link() {
-    let fx = Fixture::new("vl-chk", false);
+    let fx = rig("vl-chk", false);
     let conf = fx.conf(json!({}));
-    let prev = json!({
-        "cniVersion": "1.1.0",
-        "interfaces": [{"name": IFNAME, "sandbox": fx.pod.path().display().to_string()}],
-        "ips": [{"address": "10.56.0.10/24", "interface": 0}],
-    });
+    let prev = fx.assert_check_steps_before_the_link(&conf, "10.56.0.10/24");
     let checked = with_prev(&conf, &prev);
-    let from_ipam = fx.run_ipam("CHECK", &checked);
-    let out = fx.run("CHECK", &checked);
-    assert_eq!(out.error_code(), from_ipam.error_code());
-    assert_eq!(out.msg(), from_ipam.msg());
-    fx.run_ipam("ADD", &conf).assert_ok();
-
-    let out = fx.run("CHECK", &conf);
-    assert_eq!(out.error_code(), 7);
-    assert_eq!(out.msg(), "Required prevResult missing");
-
-    let mut elsewhere = prev.clone();
-    elsewhere["interfaces"][0]["sandbox"] = json!("/run/netns/other");
-    let out = fx.run("CHECK", &with_prev(&conf, &elsewhere));
-    assert_eq!(out.error_code(), 999);
-    assert!(
-        out.msg()
-            .starts_with("Sandbox in prevResult /run/netns/other doesn't match"),
-        "{}",
-        out.msg()
-    );
 
     let out = fx.run("CHECK", &checked);
     assert_eq!(out.error_code(), 999);
@@ -262,6 +225,6 @@ fn check_finds_what_differs_before_and_at_the_link() {
 /// namespace (4) fails before IPAM: no lease, no link.
 #[test]
 fn add_into_a_missing_or_wrong_netns() {
-    let fx = Fixture::new("vl-ns", false);
+    let fx = rig("vl-ns", false);
     fx.assert_add_needs_the_netns(&fx.conf(json!({})));
 }
