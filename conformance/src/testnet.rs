@@ -113,11 +113,22 @@ pub fn ip(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Where the workspace's built binaries are: `$CNI_TEST_BIN_DIR`, or the
-/// `target/debug` folder next to this crate.
+/// Where the workspace's built binaries are: `$CNI_TEST_BIN_DIR`; else,
+/// for a test binary (cargo puts it in `<target dir>/debug/deps`), the
+/// folder above its own, so a target dir moved by `CARGO_TARGET_DIR` or
+/// cargo's config is followed; else the `target/debug` folder next to this
+/// crate.
 pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CNI_TEST_BIN_DIR") {
         return PathBuf::from(dir);
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    if let Some(deps) = exe_dir.filter(|dir| dir.file_name() == Some("deps".as_ref())) {
+        if let Some(profile_dir) = deps.parent() {
+            return profile_dir.to_path_buf();
+        }
     }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -523,17 +534,23 @@ impl std::ops::Deref for SubLinkRig {
 impl SubLinkRig {
     /// The namespaces of [`MasterNet::new`] and a store for `network`;
     /// builds the workspace's host-local if needed ([`workspace_plugin`]).
-    /// `conf_without_ipam` and `ipam_range` make [`SubLinkRig::conf`].
+    /// [`SubLinkRig::conf`] is `plugin_keys` (the plugin's own: `type`,
+    /// `cniVersion`, ...) with `name` (`network`), `master`
+    /// ([`MasterNet::MASTER`]) and `ipam` (host-local in `ipam_range`).
     pub fn new(
         plugin: &str,
         network: &str,
         tag: &str,
         master_in_pod: bool,
         (container_id, ifname): (&'static str, &'static str),
-        conf_without_ipam: Value,
+        plugin_keys: Value,
         ipam_range: Value,
     ) -> SubLinkRig {
         workspace_plugin("host-local");
+        let conf_without_ipam = merged(
+            serde_json::json!({"name": network, "master": MasterNet::MASTER}),
+            &plugin_keys,
+        );
         SubLinkRig {
             net: MasterNet::new(tag, master_in_pod),
             store: HostLocalStore::new(network),

@@ -28,9 +28,7 @@ fn rig(tag: &str, master_in_pod: bool) -> SubLinkRig {
         (CONTAINER_ID, IFNAME),
         json!({
             "cniVersion": "1.1.0",
-            "name": NETWORK,
             "type": "ipvlan",
-            "master": "master0",
         }),
         json!({"subnet": "10.57.0.0/24", "rangeStart": "10.57.0.10"}),
     )

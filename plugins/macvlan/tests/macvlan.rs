@@ -31,9 +31,7 @@ fn rig(tag: &str, master_in_pod: bool) -> SubLinkRig {
         (CONTAINER_ID, IFNAME),
         json!({
             "cniVersion": "1.0.0",
-            "name": NETWORK,
             "type": "macvlan",
-            "master": "master0",
         }),
         json!({"subnet": "10.55.0.0/24", "rangeStart": "10.55.0.10", "gateway": "10.55.0.1"}),
     )

@@ -28,9 +28,7 @@ fn rig(tag: &str, master_in_pod: bool) -> SubLinkRig {
         (CONTAINER_ID, IFNAME),
         json!({
             "cniVersion": "1.1.0",
-            "name": NETWORK,
             "type": "vlan",
-            "master": "master0",
             "vlanId": 1234,
         }),
         json!({"subnet": "10.56.0.0/24", "rangeStart": "10.56.0.10"}),
