@@ -204,6 +204,10 @@ check_eq no-ips-code 999 "$(jqc -r .code <<<"$cni_out")"
 check_contains no-ips-msg "IPAM plugin returned missing IP config" "$cni_out"
 check_eq no-ips-nothing-left "" "$(pod_link pod10 net1)$( (ip -br link; ip -n pod10 -br link) | awk '$1 ~ /^veth[0-9a-f]{8}/')"
 
+# --- every other spec version: the result's layout, CHECK, DEL ------------------
+netns_add podv
+check_spec_versions ipvlan "$(conf 10.62.0.0/24 '{}')" podv net1 ctrv
+
 # --- DEL ------------------------------------------------------------------------
 address1=$(pod_ip pod1)
 cni_call ipvlan DEL /run/netns/pod1 net1 ctr1 "$conf1"

@@ -88,6 +88,13 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn ipvlan_links_on_a_kernel_with_ipvlan() {
+    // With those of the script's `check_spec_versions` call.
+    let versions = qemu_guest::spec_version_checks();
+    let required: Vec<&str> = REQUIRED_CHECKS
+        .iter()
+        .copied()
+        .chain(versions.iter().map(String::as_str))
+        .collect();
     qemu_guest::run_required_checks(
         &[],
         &guest_script(),
@@ -98,11 +105,16 @@ fn ipvlan_links_on_a_kernel_with_ipvlan() {
                 workspace_plugin("static"),
             ]
         },
-        REQUIRED_CHECKS,
+        &required,
     );
 }
 
 #[test]
 fn required_checks_are_unique_and_in_the_guest_script() {
     qemu_guest::assert_checks_named_in_script(&guest_script(), REQUIRED_CHECKS);
+    let script = std::fs::read_to_string(guest_script()).unwrap();
+    assert!(
+        script.contains("\ncheck_spec_versions "),
+        "the script runs check_spec_versions"
+    );
 }

@@ -182,6 +182,10 @@ check_contains rollback-error "failed to add route" "$cni_out"
 check_eq rollback-no-link "" "$(pod_link pod5 net1)"
 check_eq rollback-no-lease "$before" "$(lease_count)"
 
+# --- every other spec version: the result's layout, CHECK, DEL ------------------
+netns_add podv
+check_spec_versions vlan "$(conf 10.60.0.0/24 10.60.0.1 '{"vlanId": 600}')" podv net1 ctrv
+
 # --- DEL ------------------------------------------------------------------------
 cni_call vlan DEL /run/netns/pod1 net1 ctr1 "$conf1"
 check_eq del-status 0 "$cni_status"

@@ -74,6 +74,48 @@ with_prev() { jqc --argjson prev "$2" '. + {prevResult: $prev}' <<<"$1"; }
 # netns_add NAME: a namespace with lo up, at /run/netns/NAME.
 netns_add() { ip netns add "$1" && ip -n "$1" link set lo up; }
 
+# check_spec_versions PLUGIN CONFIG NETNS IFNAME CONTAINERID: ADD, CHECK
+# and DEL of CONFIG in every spec version but 1.0.0 (the scripts' own), in
+# NETNS (a namespace of its own, left empty). Checks, per VERSION:
+# versions-VERSION-add, -layout (the result is VERSION's: 0.1.0 and 0.2.0
+# `ip4`, no `interfaces`; `ips[].version` only in 0.3.x and 0.4.0;
+# `interfaces[].mtu` only in 1.1.0, the link's), -check (before 0.4.0 the
+# spec has no CHECK: code 1), -del (the link gone).
+check_spec_versions() {
+    local plugin=$1 conf=$2 netns=$3 ifname=$4 container=$5 version vconf result mtu layout
+    for version in 0.1.0 0.2.0 0.3.0 0.3.1 0.4.0 1.1.0; do
+        vconf=$(jqc --arg v "$version" '.cniVersion = $v' <<<"$conf")
+        cni_call "$plugin" ADD "/run/netns/$netns" "$ifname" "$container" "$vconf"
+        check_eq "versions-$version-add" 0 "$cni_status"
+        [ "$cni_status" = 0 ] || fail "versions-$version-add-output" "$(cni_report)"
+        result=$cni_out
+        mtu=$(ip -n "$netns" -j link show "$ifname" 2>/dev/null | jqc '.[0].mtu')
+        case "$version" in
+        0.1.0 | 0.2.0)
+            layout=$(jqc --arg v "$version" \
+                '.cniVersion == $v and (.ip4.ip | type == "string") and (has("interfaces") | not)' <<<"$result") ;;
+        *)
+            layout=$(jqc --arg v "$version" --arg ifname "$ifname" --arg ns "/run/netns/$netns" \
+                --argjson mtu "${mtu:-null}" '
+                .cniVersion == $v and .interfaces[0].name == $ifname
+                and .interfaces[0].sandbox == $ns and .ips[0].interface == 0
+                and (.ips[0] | has("version")) == ($v | test("^0\\.[34]\\."))
+                and .interfaces[0].mtu == (if $v == "1.1.0" then $mtu else null end)' <<<"$result") ;;
+        esac
+        check_eq "versions-$version-layout" true "$layout"
+        [ "$layout" = true ] || fail "versions-$version-layout-result" "$result"
+        cni_call "$plugin" CHECK "/run/netns/$netns" "$ifname" "$container" "$(with_prev "$vconf" "$result")"
+        case "$version" in
+        0.4.0 | 1.1.0) check_eq "versions-$version-check" 0 "$cni_status" ;;
+        *) check_eq "versions-$version-check" "1 config version does not allow CHECK" \
+            "$(jqc -r '"\(.code) \(.msg)"' <<<"$cni_out")" ;;
+        esac
+        cni_call "$plugin" DEL "/run/netns/$netns" "$ifname" "$container" "$vconf"
+        check_eq "versions-$version-del" "0 gone" \
+            "$cni_status $(ip -n "$netns" link show "$ifname" >/dev/null 2>&1 && echo there || echo gone)"
+    done
+}
+
 # Called last: the host requires this marker to trust the run.
 finish() {
     echo "SUMMARY failures=${failures:-0}"

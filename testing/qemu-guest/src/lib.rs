@@ -326,6 +326,22 @@ pub fn run_required_checks(
     run.assert_passed(required);
 }
 
+/// The spec versions `check_spec_versions` of guest-lib.sh runs a plugin
+/// in: all but 1.0.0, which the crates' scripts use for everything else.
+pub const OTHER_SPEC_VERSIONS: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.1.0"];
+
+/// The checks a script's `check_spec_versions` call reports, for a crate's
+/// required list: `versions-<version>-<step>` per version of
+/// [`OTHER_SPEC_VERSIONS`] and step (add, layout, check, del).
+pub fn spec_version_checks() -> Vec<String> {
+    OTHER_SPEC_VERSIONS
+        .iter()
+        .flat_map(|version| {
+            ["add", "layout", "check", "del"].map(|step| format!("versions-{version}-{step}"))
+        })
+        .collect()
+}
+
 /// One `CHECK <name> PASS|FAIL <detail>` line of the guest console.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {

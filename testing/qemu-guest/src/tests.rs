@@ -194,3 +194,14 @@ fn guest_folders_are_absolute_and_plain() {
         Err(GuestError::NoBinary(_))
     ));
 }
+
+/// guest-lib.sh loops over the versions the host expects checks for.
+#[test]
+fn spec_version_checks_match_guest_lib() {
+    let lib = std::fs::read_to_string(scripts_dir().join("guest-lib.sh")).unwrap();
+    let line = format!("for version in {}; do", OTHER_SPEC_VERSIONS.join(" "));
+    assert!(lib.contains(&line), "guest-lib.sh lacks `{line}`");
+    let checks = spec_version_checks();
+    assert_eq!(checks.len(), 24);
+    assert!(checks.contains(&"versions-0.2.0-layout".to_string()));
+}
