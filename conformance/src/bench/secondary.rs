@@ -9,6 +9,12 @@
 //! changes the next round. The plugins run inside a fake host namespace of
 //! their side, where the links they need (a macvlan master, the device
 //! host-device moves) are made once.
+//!
+//! A third side runs an empty program in the plugin's place (it reads its
+//! input, prints `{}` and exits: [`EmptyProgram`]), timed the same way in
+//! the same rounds: the floor that starting and ending any process costs
+//! under this harness on this machine, which no plugin can go below. It
+//! has no target; it tells how much of a ratio is the machine's.
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +66,9 @@ pub struct SecondaryFigures {
     pub plugin: String,
     /// [ours, reference] ADD+DEL times, ms.
     pub add_del_ms: [Vec<f64>; 2],
+    /// ADD+DEL times of an empty program in the plugin's place, ms (empty
+    /// where it could not be built: see [`EmptyProgram`]).
+    pub empty_program_add_del_ms: Vec<f64>,
     /// [ours, reference] peak RSS of ADD, KiB.
     pub add_rss_kib: [u64; 2],
 }
@@ -289,6 +298,14 @@ pub fn measure(
         Side::new(plugin, ours_dir, "bench-sec-o", &work)?,
         Side::new(plugin, reference_dir, "bench-sec-r", &work)?,
     ];
+    // The floor: its own fake host, pods and input like the others'.
+    let empty = match EmptyProgram::build(plugin) {
+        Ok(empty) => Some((Side::new(plugin, empty.dir(), "bench-sec-e", &work)?, empty)),
+        Err(reason) => {
+            eprintln!("{plugin}: no empty-program floor rows: {reason}");
+            None
+        }
+    };
     let mut figs = SecondaryFigures {
         plugin: plugin.to_string(),
         ..SecondaryFigures::default()
@@ -299,9 +316,14 @@ pub fn measure(
         } else {
             Measure::Time
         };
-        for k in 0..2 {
-            let i = (round + k) % 2;
-            let side = &sides[i];
+        // Ours, the reference and the floor take turns going first.
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            let side = match (i, &empty) {
+                (0 | 1, _) => &sides[i],
+                (_, Some((side, _))) => side,
+                (_, None) => continue,
+            };
             let pod = side.pod(plugin);
             let conf = serde_json::to_vec(&side.conf(plugin, &pod)).unwrap_or_default();
             let cid = format!("bench-{plugin}-{round}");
@@ -309,10 +331,16 @@ pub fn measure(
             let del = side.call(plugin, "DEL", &pod, &cid, &conf, measure)?;
             match (add, del) {
                 (Cost::Wall(add), Cost::Wall(del)) => {
-                    figs.add_del_ms[i].push((add + del).as_secs_f64() * 1e3);
+                    let ms = (add + del).as_secs_f64() * 1e3;
+                    match figs.add_del_ms.get_mut(i) {
+                        Some(times) => times.push(ms),
+                        None => figs.empty_program_add_del_ms.push(ms),
+                    }
                 }
                 (Cost::RssKib(add), _) => {
-                    figs.add_rss_kib[i] = figs.add_rss_kib[i].max(add);
+                    if let Some(peak) = figs.add_rss_kib.get_mut(i) {
+                        *peak = (*peak).max(add);
+                    }
                 }
                 (Cost::Wall(_), Cost::RssKib(_)) => {}
             }
@@ -327,7 +355,7 @@ pub fn measure(
         )
         .median_ms
     };
-    let rows = vec![
+    let mut rows = vec![
         Row::new(
             format!("{plugin} ADD+DEL (median)"),
             med(&figs.add_del_ms[0]),
@@ -343,5 +371,107 @@ pub fn measure(
         )
         .with_target(0.5),
     ];
+    if !figs.empty_program_add_del_ms.is_empty() {
+        let floor = med(&figs.empty_program_add_del_ms);
+        let [ours, reference] = [med(&figs.add_del_ms[0]), med(&figs.add_del_ms[1])];
+        rows.push(Row::new(
+            format!("{plugin} ADD+DEL, an empty program in its place (median)"),
+            floor,
+            reference,
+            "ms",
+        ));
+        rows.push(Row::new(
+            format!("{plugin} ADD+DEL above the empty program's (median)"),
+            ours - floor,
+            reference - floor,
+            "ms",
+        ));
+    }
     Ok((figs, rows))
+}
+
+/// A program that does nothing a plugin must not also do: reads its input,
+/// prints `{}` and exits 0, statically linked (as our plugins are, so no
+/// dynamic loader's work counts against the floor). Built from C with the
+/// machine's `cc` at bench time, since a Rust program would add the
+/// standard library's start-up, which is part of what is measured; a
+/// machine without a C compiler and static libc gets no floor rows.
+struct EmptyProgram {
+    dir: tempfile::TempDir,
+}
+
+impl EmptyProgram {
+    const SOURCE: &'static str = "#include <unistd.h>\n\
+        int main(void) { char b[4096]; while (read(0, b, sizeof b) > 0) {} \
+        return write(1, \"{}\\n\", 3) == 3 ? 0 : 1; }\n";
+
+    /// The program, named `plugin`, in a folder of its own under the
+    /// temporary directory (not the state root: /dev/shm may forbid exec).
+    fn build(plugin: &str) -> Result<EmptyProgram, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("cni-bench-empty-")
+            .tempdir()
+            .map_err(|e| format!("temporary folder: {e}"))?;
+        let source = dir.path().join("empty.c");
+        std::fs::write(&source, Self::SOURCE).map_err(|e| format!("{}: {e}", source.display()))?;
+        let out = std::process::Command::new("cc")
+            .args(["-O2", "-static", "-o"])
+            .arg(dir.path().join(plugin))
+            .arg(&source)
+            .output()
+            .map_err(|e| format!("cannot run cc: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cc -static failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(EmptyProgram { dir })
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// The floor program reads all its input (a writer never sees EPIPE),
+    /// prints `{}` and exits 0, under the plugin's name, statically linked.
+    #[test]
+    fn empty_program_reads_its_input_and_prints_an_empty_object() {
+        let empty = EmptyProgram::build("tuning")
+            .unwrap_or_else(|e| panic!("needs cc and a static libc (Debian: gcc, libc6-dev): {e}"));
+        let program = empty.dir().join("tuning");
+        let mut child = Command::new(&program)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = vec![b'x'; 64 * 1024];
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+        assert_eq!(out.stdout, b"{}\n");
+        assert!(!has_interpreter(&std::fs::read(&program).unwrap()));
+        // The check itself: Debian's coreutils are dynamically linked.
+        assert!(has_interpreter(&std::fs::read("/bin/true").unwrap()));
+    }
+
+    /// Whether a 64-bit little-endian ELF image names a dynamic loader
+    /// (has a PT_INTERP program header).
+    fn has_interpreter(elf: &[u8]) -> bool {
+        assert_eq!(&elf[..4], b"\x7fELF");
+        let u16_at = |at: usize| usize::from(u16::from_le_bytes([elf[at], elf[at + 1]]));
+        let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+        let (entry_size, entries) = (u16_at(0x36), u16_at(0x38));
+        (0..entries).any(|i| {
+            let at = phoff + i * entry_size;
+            u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3
+        })
+    }
 }
