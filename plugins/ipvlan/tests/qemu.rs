@@ -88,13 +88,6 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn ipvlan_links_on_a_kernel_with_ipvlan() {
-    // With those of the script's `check_spec_versions` call.
-    let versions = qemu_guest::spec_version_checks();
-    let required: Vec<&str> = REQUIRED_CHECKS
-        .iter()
-        .copied()
-        .chain(versions.iter().map(String::as_str))
-        .collect();
     qemu_guest::run_required_checks(
         &[],
         &guest_script(),
@@ -105,7 +98,7 @@ fn ipvlan_links_on_a_kernel_with_ipvlan() {
                 workspace_plugin("static"),
             ]
         },
-        &required,
+        &qemu_guest::with_spec_version_checks(REQUIRED_CHECKS),
     );
 }
 

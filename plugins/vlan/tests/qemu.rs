@@ -80,13 +80,6 @@ fn guest_script() -> PathBuf {
 
 #[test]
 fn vlan_links_on_a_kernel_with_8021q() {
-    // With those of the script's `check_spec_versions` call.
-    let versions = qemu_guest::spec_version_checks();
-    let required: Vec<&str> = REQUIRED_CHECKS
-        .iter()
-        .copied()
-        .chain(versions.iter().map(String::as_str))
-        .collect();
     qemu_guest::run_required_checks(
         &[],
         &guest_script(),
@@ -97,7 +90,7 @@ fn vlan_links_on_a_kernel_with_8021q() {
                 workspace_plugin("static"),
             ]
         },
-        &required,
+        &qemu_guest::with_spec_version_checks(REQUIRED_CHECKS),
     );
 }
 

@@ -330,16 +330,26 @@ pub fn run_required_checks(
 /// in: all but 1.0.0, which the crates' scripts use for everything else.
 pub const OTHER_SPEC_VERSIONS: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.1.0"];
 
-/// The checks a script's `check_spec_versions` call reports, for a crate's
-/// required list: `versions-<version>-<step>` per version of
-/// [`OTHER_SPEC_VERSIONS`] and step (add, layout, check, del).
-pub fn spec_version_checks() -> Vec<String> {
-    OTHER_SPEC_VERSIONS
-        .iter()
-        .flat_map(|version| {
-            ["add", "layout", "check", "del"].map(|step| format!("versions-{version}-{step}"))
-        })
-        .collect()
+/// The checks a script's `check_spec_versions` call reports:
+/// `versions-<version>-<step>` per version of [`OTHER_SPEC_VERSIONS`] and
+/// step (add, layout, check, del).
+pub fn spec_version_checks() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        OTHER_SPEC_VERSIONS
+            .iter()
+            .flat_map(|version| {
+                ["add", "layout", "check", "del"].map(|step| format!("versions-{version}-{step}"))
+            })
+            .collect()
+    })
+}
+
+/// A crate's `required` checks and those of its script's
+/// `check_spec_versions` call.
+pub fn with_spec_version_checks(required: &[&'static str]) -> Vec<&'static str> {
+    let versions = spec_version_checks().iter().map(String::as_str);
+    required.iter().copied().chain(versions).collect()
 }
 
 /// One `CHECK <name> PASS|FAIL <detail>` line of the guest console.
