@@ -893,7 +893,7 @@ fn pod_life(
             Err(e)
                 if killed.load(Ordering::SeqCst)
                     && !is_network_error(&e)
-                    && life.containerd_errors.len() < 5 =>
+                    && life.containerd_errors.len() < 10 =>
             {
                 life.containerd_errors.push(e.to_string());
                 std::thread::sleep(Duration::from_millis(500));
@@ -948,8 +948,26 @@ fn pod_life(
 
 /// Whether a CRI error is the pod network's (a CNI plugin's failure).
 fn is_network_error(error: &cri_client::Error) -> bool {
-    let text = error.to_string();
-    text.contains("network") || text.contains("plugin type=") || text.contains("cni")
+    is_network_message(&error.to_string())
+}
+
+/// containerd wraps a network failure as "failed to setup (or destroy)
+/// network for sandbox" and go-cni as `plugin type="..." failed`. Only
+/// those phrases count: a bare "cni" also matches the test's own temporary
+/// paths (/tmp/cnitest-cri-...), which once made a snapshotter error of
+/// containerd's look like ours and failed the churn test.
+fn is_network_message(text: &str) -> bool {
+    text.contains("network for sandbox") || text.contains("plugin type=")
+}
+
+#[test]
+fn only_the_network_phrases_make_an_error_the_networks() {
+    let snapshotter = "rpc error: code = Unknown desc = failed to create containerd container: failed to rename: rename /tmp/cnitest-cri-7KDpHA/containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots/new-2642213146 /tmp/cnitest-cri-7KDpHA/containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots/25: file exists";
+    assert!(!is_network_message(snapshotter));
+    let setup = r#"rpc error: code = Unknown desc = failed to setup network for sandbox "0f3c": plugin type="bridge" name="cnitest" failed (add): failed to allocate for range 0"#;
+    assert!(is_network_message(setup));
+    let destroy = r#"failed to destroy network for sandbox "0f3c": plugin type="portmap" failed (delete): boom"#;
+    assert!(is_network_message(destroy));
 }
 
 /// A call retried across a containerd restart (Stop, Remove and Status
