@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{EtcdConfig, Grid};
 use crate::keys::PoolKeys;
+use crate::tls_probe::{self, TlsPem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -138,6 +139,8 @@ pub struct Etcd {
     runtime: tokio::runtime::Runtime,
     config: EtcdConfig,
     options: ConnectOptions,
+    /// The TLS files, for asking a member why it closed a connection.
+    tls: Option<TlsPem>,
     /// Endpoint indexes in the order this node tries them.
     order: Vec<usize>,
     /// Position in `order` of the endpoint in use.
@@ -154,7 +157,7 @@ fn read_file(key: &'static str, path: &std::path::Path) -> Result<Vec<u8>, EtcdE
     })
 }
 
-fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, EtcdError> {
+fn connect_options(config: &EtcdConfig) -> Result<(ConnectOptions, Option<TlsPem>), EtcdError> {
     let mut options = ConnectOptions::new()
         .with_require_leader(true)
         .with_connect_timeout(config.timeout)
@@ -164,20 +167,22 @@ fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, EtcdError> {
         let password = String::from_utf8_lossy(&password);
         options = options.with_user(user.clone(), password.trim_end_matches(['\r', '\n']));
     }
-    if config.uses_tls() {
-        let mut tls = TlsOptions::new();
-        if let Some(ca) = &config.ca_file {
-            tls = tls.ca_certificate(Certificate::from_pem(read_file("caFile", ca)?));
-        }
-        if let (Some(cert), Some(key)) = (&config.cert_file, &config.key_file) {
-            tls = tls.identity(Identity::from_pem(
-                read_file("certFile", cert)?,
-                read_file("keyFile", key)?,
-            ));
-        }
-        options = options.with_tls(tls);
+    if !config.uses_tls() {
+        return Ok((options, None));
     }
-    Ok(options)
+    let mut tls = TlsOptions::new();
+    let mut pem = TlsPem::default();
+    if let Some(ca) = &config.ca_file {
+        let ca = read_file("caFile", ca)?;
+        tls = tls.ca_certificate(Certificate::from_pem(&ca));
+        pem.ca = Some(ca);
+    }
+    if let (Some(cert), Some(key)) = (&config.cert_file, &config.key_file) {
+        let (cert, key) = (read_file("certFile", cert)?, read_file("keyFile", key)?);
+        tls = tls.identity(Identity::from_pem(&cert, &key));
+        pem.identity = Some((cert, key));
+    }
+    Ok((options.with_tls(tls), Some(pem)))
 }
 
 /// The whole cause chain of an error: tonic's transport errors say what
@@ -231,6 +236,8 @@ const MIN_SHARE: Duration = Duration::from_millis(50);
 /// The pause before asking again once every endpoint has failed, and the
 /// shortest time between asks once every endpoint has been asked.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
+/// The longest a member is given to say why it closed a TLS connection.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// One endpoint during a call.
 #[derive(Debug, Clone, Default)]
@@ -241,6 +248,8 @@ struct Asked {
     last: Option<Instant>,
     /// Its last failure.
     failure: Option<String>,
+    /// Whether it was asked why it closed a TLS connection.
+    probed: bool,
 }
 
 impl Asked {
@@ -285,13 +294,14 @@ impl Etcd {
             .enable_all()
             .build()
             .map_err(EtcdError::Runtime)?;
-        let options = connect_options(config)?;
+        let (options, tls) = connect_options(config)?;
         let n = config.endpoints.len();
         let first = spread(node, n);
         Ok(Etcd {
             runtime,
             config: config.clone(),
             options,
+            tls,
             order: (0..n).map(|i| (first + i) % n).collect(),
             at: 0,
             client: None,
@@ -330,6 +340,7 @@ impl Etcd {
         let first = self.at;
         let cached = self.client.take();
         let (options, endpoints, order) = (&self.options, &self.config.endpoints, &self.order);
+        let tls = self.tls.as_ref();
         let url = |pos: usize| {
             order
                 .get(pos)
@@ -396,6 +407,21 @@ impl Etcd {
                         endpoint,
                         message: text,
                     }));
+                }
+                if let Some(pem) = tls.filter(|_| !asked[pos].probed) {
+                    if tls_probe::closed_under_us(&text) {
+                        // Once per endpoint and call; the other requests
+                        // wait meanwhile, which only a failing call pays.
+                        asked[pos].probed = true;
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let wait = left.clamp(MIN_SHARE, PROBE_WAIT);
+                        if let Some(refusal) = tls_probe::refusal(&endpoint, pem, wait).await {
+                            return Ok(Err(EtcdError::Tls {
+                                endpoint,
+                                message: format!("{text}; a new handshake to see why: {refusal}"),
+                            }));
+                        }
+                    }
                 }
                 if !is_transient(&error) {
                     return Ok(Err(EtcdError::Refused {
@@ -749,7 +775,7 @@ mod tests {
         Asked {
             in_flight: 1,
             last: Some(at),
-            failure: None,
+            ..Asked::default()
         }
     }
 
@@ -766,6 +792,7 @@ mod tests {
             in_flight: 0,
             last: Some(t0 + Duration::from_millis(20)),
             failure: Some("refused".into()),
+            ..Asked::default()
         };
         // Everyone asked: the one asked longest ago, even if still in flight.
         assert_eq!(next_to_ask(&asked, 2), Some(2));
@@ -781,6 +808,7 @@ mod tests {
             in_flight: 0,
             last: Some(t0),
             failure: Some("connection refused".into()),
+            ..Asked::default()
         };
         assert_eq!(failed.outcome(), "connection refused");
         let again = Asked {

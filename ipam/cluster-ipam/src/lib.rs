@@ -17,7 +17,8 @@
 //!
 //! Module map: [`config`] reads the configuration, [`keys`] is the etcd
 //! key layout (documented there, for etcdctl), [`blocks`] the block grid,
-//! [`node_state`] the node's record, [`etcd`] the client, [`pool`] one
+//! [`node_state`] the node's record, [`etcd`] the client (and [`tls_probe`]
+//! for a member that closed a TLS connection), [`pool`] one
 //! call's view of the node's share, [`verbs`] the five verbs, [`admin`]
 //! the operator command's logic.
 
@@ -30,6 +31,7 @@ pub mod keys;
 pub mod node_state;
 pub mod plugin;
 pub mod pool;
+pub mod tls_probe;
 pub mod verbs;
 
 pub use error::Error;

@@ -3,9 +3,11 @@
 
 mod common;
 
+use cluster_ipam::tls_probe::{refusal, TlsPem};
 use common::*;
 use etcd_cluster::ClusterOptions;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 fn ranges() -> Value {
     json!({"ranges": [[{"subnet": "10.50.0.0/24"}]], "blockSize": 28})
@@ -70,6 +72,40 @@ fn tls_with_client_certificates_works_and_wrong_trust_is_a_clear_error() {
         etcd_keys(&etcd, "/cluster-ipam").is_empty(),
         "a refused ADD wrote to etcd"
     );
+
+    // The probe that tells a refused client certificate from a closed
+    // connection (the race TLS 1.3 leaves the client) on its own: a fresh
+    // handshake gets the member's verdict whoever wins the race above.
+    let read = |path: &std::path::Path| std::fs::read(path).expect("TLS file");
+    let pem = |ca: &std::path::Path, cert: Option<(&std::path::Path, &std::path::Path)>| TlsPem {
+        ca: Some(read(ca)),
+        identity: cert.map(|(cert, key)| (read(cert), read(key))),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let probe =
+        |pem: TlsPem| runtime.block_on(refusal(&etcd.endpoints()[0], &pem, Duration::from_secs(5)));
+    let untrusted = probe(pem(&tls.ca, Some((&tls.other_cert, &tls.other_key))));
+    assert!(
+        untrusted.as_deref().is_some_and(|r| r.contains("alert")),
+        "untrusted client certificate: {untrusted:?}"
+    );
+    let missing = probe(pem(&tls.ca, None));
+    assert!(
+        missing.as_deref().is_some_and(|r| r.contains("alert")),
+        "no client certificate: {missing:?}"
+    );
+    let wrong_ca = probe(pem(&tls.other_ca, Some((&tls.cert, &tls.key))));
+    assert!(
+        wrong_ca
+            .as_deref()
+            .is_some_and(|r| r.contains("UnknownIssuer")),
+        "wrong CA: {wrong_ca:?}"
+    );
+    let accepted = probe(pem(&tls.ca, Some((&tls.cert, &tls.key))));
+    assert_eq!(accepted, None, "the right files were refused");
 
     let good = with(&tls.ca, Some((&tls.cert, &tls.key)));
     add(&good, "c0").expect_ok("ADD over TLS");
