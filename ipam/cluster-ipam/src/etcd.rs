@@ -220,16 +220,6 @@ fn is_transient(error: &etcd_client::Error) -> bool {
     }
 }
 
-/// A handshake refused by either side. tonic hands rustls' errors over
-/// only as boxed sources (and the server's alert as text), so the cause
-/// chain's text is what tells them from a refused connection.
-fn is_tls_failure(chain: &str) -> bool {
-    let text = chain.to_ascii_lowercase();
-    ["certificate", "unknownissuer", "handshake", "alert"]
-        .iter()
-        .any(|word| text.contains(word))
-}
-
 /// The shortest share of the deadline an endpoint has to itself before
 /// the next one is asked too.
 const MIN_SHARE: Duration = Duration::from_millis(50);
@@ -402,7 +392,7 @@ impl Etcd {
                 };
                 let endpoint = url(pos).to_string();
                 let text = chain(&error);
-                if is_tls_failure(&text) {
+                if tls_probe::is_tls_failure(&text) {
                     return Ok(Err(EtcdError::Tls {
                         endpoint,
                         message: text,

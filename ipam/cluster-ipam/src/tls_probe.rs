@@ -38,6 +38,16 @@ impl std::fmt::Debug for TlsPem {
     }
 }
 
+/// A handshake refused by either side. tonic hands rustls' errors over
+/// only as boxed sources (and the server's alert as text), so the cause
+/// chain's text is what tells them from a refused connection.
+pub fn is_tls_failure(chain: &str) -> bool {
+    let text = chain.to_ascii_lowercase();
+    ["certificate", "unknownissuer", "handshake", "alert"]
+        .iter()
+        .any(|word| text.contains(word))
+}
+
 /// Whether a request's failure says the peer closed the connection, the
 /// way a certificate refusal can surface under TLS 1.3.
 pub fn closed_under_us(chain: &str) -> bool {
@@ -116,11 +126,7 @@ pub async fn refusal(endpoint: &str, pem: &TlsPem, wait: Duration) -> Option<Str
         }
     };
     let found = tokio::time::timeout(wait, probe).await.ok().flatten()?;
-    let lower = found.to_ascii_lowercase();
-    ["alert", "certificate", "unknownissuer", "handshake"]
-        .iter()
-        .any(|word| lower.contains(word))
-        .then_some(found)
+    is_tls_failure(&found).then_some(found)
 }
 
 #[cfg(test)]
