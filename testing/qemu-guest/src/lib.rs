@@ -136,6 +136,17 @@ pub struct QemuGuest {
 /// run.sh's limit on one boot, in seconds.
 const RUN_TIMEOUT_VAR: &str = "QEMU_TIMEOUT";
 
+/// The limit run.sh gets for one boot, in seconds: the test's own
+/// ([`QemuGuest::with_timeout`]) or the environment's [`RUN_TIMEOUT_VAR`],
+/// whichever is longer, since a lane whose guests run slower (CI's, beside
+/// release builds) can only give a boot more time, never less than the
+/// test asks for. `None`: neither is set, run.sh's default applies.
+fn boot_timeout(own: Option<Duration>, lane: Option<&str>) -> Option<u64> {
+    let own = own.map(|timeout| timeout.as_secs().max(1));
+    let lane = lane.and_then(|value| value.trim().parse::<u64>().ok());
+    own.max(lane)
+}
+
 /// Whether guest tests run: [`ENABLE_VAR`]`=1` or one of `crate_vars` set
 /// to `1`.
 pub fn enabled(crate_vars: &[&str]) -> bool {
@@ -287,8 +298,9 @@ impl QemuGuest {
         }
         let mut command = Command::new(scripts_dir().join("run.sh"));
         command.arg(&self.cache).arg(script);
-        if let Some(timeout) = self.timeout {
-            command.env(RUN_TIMEOUT_VAR, timeout.as_secs().max(1).to_string());
+        let lane = std::env::var(RUN_TIMEOUT_VAR).ok();
+        if let Some(secs) = boot_timeout(self.timeout, lane.as_deref()) {
+            command.env(RUN_TIMEOUT_VAR, secs.to_string());
         }
         for folder in folders {
             command.args(folder.run_args()?);

@@ -3,6 +3,18 @@ use std::os::unix::process::ExitStatusExt;
 use super::*;
 
 #[test]
+fn a_boot_gets_the_longer_of_the_tests_limit_and_the_lanes() {
+    let own = Some(Duration::from_secs(900));
+    assert_eq!(boot_timeout(own, Some("1800")), Some(1800));
+    assert_eq!(boot_timeout(own, Some("300")), Some(900));
+    assert_eq!(boot_timeout(own, None), Some(900));
+    assert_eq!(boot_timeout(own, Some("soon")), Some(900));
+    assert_eq!(boot_timeout(None, Some("1800")), Some(1800));
+    assert_eq!(boot_timeout(None, None), None);
+    assert_eq!(boot_timeout(Some(Duration::from_millis(10)), None), Some(1));
+}
+
+#[test]
 fn check_lines_parse() {
     let console = "noise\nCHECK a-b PASS some detail here\nCHECK c FAIL\nCHECKX d PASS\n\
                    CHECK e\nCHECK  PASS nameless\nCHECK f SKIP why\n";
