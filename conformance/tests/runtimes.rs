@@ -84,13 +84,19 @@ fn our_dir() -> PathBuf {
 fn go_cnitool_and_our_cnitool_agree_over_both_plugin_sets() {
     let ours = our_dir();
     if !Path::new(REFERENCE_DIR).join("bridge").is_file() {
-        eprintln!("SKIPPED: the reference plugins are not installed in {REFERENCE_DIR}");
+        libcni::test_skip::skip(
+            "go_cnitool_and_our_cnitool_agree_over_both_plugin_sets",
+            &format!("the reference plugins are not installed in {REFERENCE_DIR}"),
+        );
         return;
     }
     let go_cnitool = match run_script("build-go-cnitool.sh") {
         Ok(path) => path,
         Err(e) => {
-            eprintln!("SKIPPED: the Go cnitool cannot be built here: {e}");
+            libcni::test_skip::skip(
+                "go_cnitool_and_our_cnitool_agree_over_both_plugin_sets",
+                &format!("the Go cnitool cannot be built here: {e}"),
+            );
             return;
         }
     };
@@ -136,15 +142,18 @@ fn podman_runs_a_container_on_a_bridge_network_of_our_plugins() {
     let ours = our_dir();
     if !conformance::suite::podman::missing_prerequisites().is_empty() {
         if let Err(e) = run_script("install-runtime-deps.sh") {
-            eprintln!("SKIPPED: Podman's prerequisites cannot be installed here: {e}");
+            libcni::test_skip::skip(
+                "podman_runs_a_container_on_a_bridge_network_of_our_plugins",
+                &format!("Podman's prerequisites cannot be installed here: {e}"),
+            );
             return;
         }
     }
     let missing = conformance::suite::podman::missing_prerequisites();
     if !missing.is_empty() {
-        eprintln!(
-            "SKIPPED: still missing after installing: {}",
-            missing.join(", ")
+        libcni::test_skip::skip(
+            "podman_runs_a_container_on_a_bridge_network_of_our_plugins",
+            &format!("still missing after installing: {}", missing.join(", ")),
         );
         return;
     }

@@ -44,6 +44,8 @@ pub mod skel;
 pub mod source_routing;
 pub mod state_file;
 pub mod sysctl;
+#[doc(hidden)]
+pub mod test_skip;
 pub mod types;
 pub mod version;
 pub mod veth;

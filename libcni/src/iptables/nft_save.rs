@@ -303,7 +303,10 @@ mod tests {
         for family in [IpFamily::V4, IpFamily::V6] {
             let programs = Programs::of(family);
             if !programs.is_iptables_nft() {
-                eprintln!("skipped: iptables is not iptables-nft here");
+                crate::test_skip::skip(
+                    "reads_what_iptables_save_prints",
+                    "iptables is not iptables-nft here",
+                );
                 return;
             }
             let (s1, d1, d2) = match family {

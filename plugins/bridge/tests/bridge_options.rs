@@ -436,6 +436,15 @@ fn gateway_turns_forwarding_on_in_the_host_namespace_only() {
     let machine_v6 = machine_sysctl("net/ipv6/conf/all/forwarding");
 
     let fx = Fixture::new("fwd");
+    // A new namespace copies its IPv4 `conf/all` settings, ip_forward among
+    // them, from the machine's initial namespace (devconf_inherit_init_net
+    // is 0 by default), so on a machine with forwarding on (any Kubernetes
+    // node, a Podman host, one that ran the README's gateway network) both
+    // namespaces start with it on. The test sets the state it asserts from.
+    for ns in [&fx.host, &fx.pod] {
+        set_sysctl(ns, "net.ipv4.ip_forward", "0");
+        set_sysctl(ns, "net.ipv6.conf.all.forwarding", "0");
+    }
     let no_gateway = conf("1.0.0", json!({"ipam": fx.ipam(&["10.1.2.0/24"])}));
     fx.add(&no_gateway).assert_ok();
     assert_eq!(sysctl(&fx.host, "net.ipv4.ip_forward"), "0");

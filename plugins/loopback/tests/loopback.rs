@@ -203,7 +203,10 @@ fn add_brings_lo_up_and_reports_it_in_every_version() {
 #[test]
 fn same_result_as_the_reference_plugin() {
     if !Path::new(REFERENCE_PLUGIN).exists() {
-        eprintln!("SKIPPED: {REFERENCE_PLUGIN} is not installed");
+        libcni::test_skip::skip(
+            "same_result_as_the_reference_plugin",
+            &format!("{REFERENCE_PLUGIN} is not installed (containernetworking-plugins)"),
+        );
         return;
     }
     // The Debian reference (1.1.1) speaks up to 1.0.0, and mislabels older

@@ -17,7 +17,10 @@ use serde_json::{json, Value};
 fn reference_present() -> bool {
     let present = Path::new(REFERENCE).exists();
     if !present {
-        eprintln!("{REFERENCE} not installed (containernetworking-plugins): skipped");
+        libcni::test_skip::skip(
+            "sbr reference comparison",
+            &format!("{REFERENCE} not installed (containernetworking-plugins)"),
+        );
     }
     present
 }

@@ -69,9 +69,12 @@ fn skip_unless_installed(test: &str) -> bool {
     if missing.is_empty() {
         return false;
     }
-    eprintln!(
-        "SKIPPED {test}: not installed: {} (apt-get install containerd runc busybox-static)",
-        missing.join(", ")
+    libcni::test_skip::skip(
+        test,
+        &format!(
+            "not installed: {} (apt-get install containerd runc busybox-static)",
+            missing.join(", ")
+        ),
     );
     true
 }

@@ -217,3 +217,20 @@ fn spec_version_checks_match_guest_lib() {
     assert_eq!(checks.len(), 24);
     assert!(checks.contains(&"versions-0.2.0-layout".to_string()));
 }
+
+/// The binaries .ci/run's guest lane lists (its jq filter: tests/qemu*.rs,
+/// testing/qemu-guest/tests/guest.rs) are the ones whose skip in the host
+/// lane is allowed.
+#[test]
+fn guest_lane_binaries_by_cargo_name() {
+    for name in [
+        "qemu-0a1b2c3d4e5f6a7b",
+        "qemu_suite-0a1b2c3d",
+        "guest-0a1b2c3d",
+    ] {
+        assert!(in_guest_lane(name), "{name}");
+    }
+    for name in ["vlan-0a1b2c3d", "guest_tests-0a1b", "macvlan_qemu-0a1b", ""] {
+        assert!(!in_guest_lane(name), "{name}");
+    }
+}

@@ -178,6 +178,12 @@ pub fn sysctl(ns: &TestNetns, key: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// `sysctl -w key=value` inside `ns`.
+pub fn set_sysctl(ns: &TestNetns, key: &str, value: &str) {
+    let out = ns.exec("sysctl", &["-q", "-w", &format!("{key}={value}")]);
+    assert!(out.status.success(), "sysctl -w {key}={value}: {out:?}");
+}
+
 pub fn is_mac(v: &Value) -> bool {
     v.as_str()
         .is_some_and(|m| m.len() == 17 && m.split(':').count() == 6)
