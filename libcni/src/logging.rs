@@ -70,19 +70,21 @@ impl LogContext {
 
     /// `bridge[4242] ADD container=abc ifname=eth0`, or
     /// `host-local[4243] (IPAM of bridge) ADD container=abc ifname=eth0`.
+    /// Every part is escaped: the container ID and interface name come from
+    /// the runtime's caller (a pod picks its interface name through Multus).
     fn write_prefix(&self, out: &mut impl Write, pid: u32) -> io::Result<()> {
-        write!(out, "{}[{pid}]", self.plugin)?;
+        write!(out, "{}[{pid}]", escape_control(&self.plugin))?;
         if let Some(parent) = &self.delegated_by {
-            write!(out, " (delegate of {parent})")?;
+            write!(out, " (delegate of {})", escape_control(parent))?;
         }
         if !self.command.is_empty() {
-            write!(out, " {}", self.command)?;
+            write!(out, " {}", escape_control(&self.command))?;
         }
         if !self.container_id.is_empty() {
-            write!(out, " container={}", self.container_id)?;
+            write!(out, " container={}", escape_control(&self.container_id))?;
         }
         if !self.ifname.is_empty() {
-            write!(out, " ifname={}", self.ifname)?;
+            write!(out, " ifname={}", escape_control(&self.ifname))?;
         }
         Ok(())
     }
@@ -336,7 +338,32 @@ fn format_record(
         record.level()
     )?;
     context.write_prefix(buf, std::process::id())?;
-    writeln!(buf, ": {}", record.args())
+    let message = record.args().to_string();
+    writeln!(buf, ": {}", escape_control(&message))
+}
+
+/// `text` with every control character written as an escape (`\n`, `\r`,
+/// `\t`, `\\`, `\u{1b}`), so that no value logged, whoever chose it, can
+/// end a line and start one of its own in a shared log file (a line that
+/// reads as a log entry, or as a line of a file the log is not meant to be).
+/// Backslashes are left as they are: messages quote values with `{:?}`,
+/// whose escapes would double; a reader can tell an escape from the value
+/// only there, which is enough to keep lines whole.
+pub fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Writes every line to stderr and to the file; a failing side does not
@@ -488,6 +515,39 @@ mod tests {
         assert_eq!(
             line_without_time(&logger, &stderr),
             "INFO  bridge[PID] GC: 10.0.0.2/24 on eth0"
+        );
+    }
+
+    #[test]
+    fn control_characters_cannot_start_a_line() {
+        assert_eq!(escape_control("plain text"), "plain text");
+        assert_eq!(
+            escape_control("1\nssh-ed25519 AAAA x\r\t\u{1b}[2J\0"),
+            "1\\nssh-ed25519 AAAA x\\r\\t\\u{1b}[2J\\u{0}"
+        );
+        let settings = LogSettings {
+            level: LevelFilter::Info,
+            file: None,
+        };
+        let context = LogContext {
+            ifname: "eth0\nroot".into(),
+            container_id: "c\r1".into(),
+            ..add_context()
+        };
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&settings, context, Box::new(stderr.clone()));
+        log_at(
+            &logger,
+            log::Level::Info,
+            "sysctl set to 1\nssh-ed25519 AAAA x",
+        );
+        let text = stderr.text();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.ends_with(
+                "ADD container=c\\r1 ifname=eth0\\nroot: sysctl set to 1\\nssh-ed25519 AAAA x\n"
+            ),
+            "{text}"
         );
     }
 

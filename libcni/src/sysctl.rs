@@ -22,7 +22,7 @@
 //! or LSM policy, a kernel before 5.2), the host's `/proc/sys` is used.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
@@ -174,8 +174,8 @@ fn set_in(root: &SysctlRoot, path: &str, value: &str) -> Result<bool, SysctlErro
             if get_in(root, path)? == value.trim() {
                 return Ok(false);
             }
-            let mut file = root.open(path, OFlags::WRONLY).map_err(write_err)?;
-            file.write_all(value.as_bytes()).map_err(write_err)?;
+            let file = root.open(path, OFlags::WRONLY).map_err(write_err)?;
+            write_whole(&file, value).map_err(write_err)?;
             return Ok(true);
         }
         Err(source) => return Err(read_err(source)),
@@ -187,8 +187,23 @@ fn set_in(root: &SysctlRoot, path: &str, value: &str) -> Result<bool, SysctlErro
     }
     // At offset 0: the read moved the file position, and a sysctl write
     // at another offset is taken as the continuation of an earlier one.
-    file.write_at(value.as_bytes(), 0).map_err(write_err)?;
+    write_whole(&file, value).map_err(write_err)?;
     Ok(true)
+}
+
+/// Writes `value` in one call at offset 0; a short write is an error. A
+/// sysctl takes the first write as the value and a second one as its
+/// continuation (or ignores it), so the rest is never written after: the
+/// kernel's taking `"1"` of `"1\n<anything>"` must not pass for success.
+fn write_whole(file: &File, value: &str) -> io::Result<()> {
+    let written = file.write_at(value.as_bytes(), 0)?;
+    if written != value.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short write: {written} of {} bytes taken", value.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// Rejects paths that could leave the sysctl tree or name nothing.
@@ -279,6 +294,24 @@ mod tests {
             assert_eq!(get(ttl).unwrap(), "100");
             assert!(set(ttl, "9").unwrap());
             assert_eq!(get(ttl).unwrap(), "9");
+        });
+    }
+
+    /// The kernel takes `1` of `1\nssh-ed25519 ...` and reports a short
+    /// write: that is an error, not a success.
+    #[test]
+    fn a_short_write_is_an_error() {
+        crate::netlink::test_support::in_private_netns(|| {
+            let key = "net/ipv4/conf/lo/arp_notify";
+            assert_eq!(get(key).unwrap(), "0");
+            let e = set(key, "1\nssh-ed25519 AAAA x").unwrap_err();
+            match &e {
+                SysctlError::Write { source, .. } => {
+                    assert_eq!(source.kind(), io::ErrorKind::WriteZero, "{e}");
+                    assert_eq!(source.to_string(), "short write: 2 of 20 bytes taken");
+                }
+                other => panic!("not a write error: {other}"),
+            }
         });
     }
 

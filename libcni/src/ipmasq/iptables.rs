@@ -447,6 +447,8 @@ fn keep_unless_unusable(tools: &Tools, error: IpMasqError, errors: &mut Vec<IpMa
             // A hung save is no sign that iptables is missing, nor is the
             // lock (which only restore takes).
             CommandError::Deadline { .. } | CommandError::XtablesLock { .. } => false,
+            // Refused before any program ran.
+            CommandError::UnsafeInput { .. } => false,
         },
         IpMasqError::UnknownBackend(_) | IpMasqError::NfTables(_) | IpMasqError::Several(_) => {
             false
@@ -668,7 +670,7 @@ COMMIT
 
     /// The restore lines of `changes`, without the table's frame.
     fn lines_of(changes: Vec<Change>) -> Vec<String> {
-        let script = restore_script(&changes).render();
+        let script = restore_script(&changes).render().unwrap();
         let lines: Vec<&str> = script.lines().collect();
         assert_eq!(lines.first(), Some(&"*nat"));
         assert_eq!(lines.last(), Some(&"COMMIT"));

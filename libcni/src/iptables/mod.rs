@@ -25,7 +25,7 @@ use crate::error::{CniError, ErrorCode, ToCniError};
 use crate::nftables::iptables_nft::{self, FALLBACK_DIRS};
 use crate::IpFamily;
 
-pub use restore::{join_args, quote_arg, RestoreScript};
+pub use restore::{checked_join, join_args, quote_arg, RestoreScript, UnsafeArg};
 pub use run::is_xtables_lock_timeout;
 pub use save::{option_value, split_args, SaveParseError, SavedRule, SavedTable};
 
@@ -58,6 +58,8 @@ pub enum CommandError {
         program: String,
         source: SaveParseError,
     },
+    #[error("{program}: {source}")]
+    UnsafeInput { program: String, source: UnsafeArg },
 }
 
 impl CommandError {
@@ -69,7 +71,8 @@ impl CommandError {
             | CommandError::Deadline { program, .. }
             | CommandError::XtablesLock { program, .. }
             | CommandError::Failed { program, .. }
-            | CommandError::Unreadable { program, .. } => program,
+            | CommandError::Unreadable { program, .. }
+            | CommandError::UnsafeInput { program, .. } => program,
         }
     }
 
@@ -85,6 +88,8 @@ impl CommandError {
             | CommandError::Spawn { .. }
             | CommandError::Failed { .. }
             | CommandError::Unreadable { .. } => ErrorCode::Internal,
+            // A value of the configuration that reached a rule unchecked.
+            CommandError::UnsafeInput { .. } => ErrorCode::InvalidNetworkConfig,
         }
     }
 }
@@ -188,7 +193,12 @@ impl Programs {
     /// Applies `script` with `<restore> --noflush`, which changes nothing
     /// the script does not name, all at once.
     pub fn restore(&self, script: &RestoreScript) -> Result<(), CommandError> {
-        let input = script.render();
+        let input = script
+            .render()
+            .map_err(|source| CommandError::UnsafeInput {
+                program: self.restore.clone(),
+                source,
+            })?;
         log::debug!("{} --noflush:\n{input}", self.restore);
         let wait = format!("--wait={}", self.lock_wait_seconds);
         self.run(&self.restore, &["--noflush", &wait], Some(&input))

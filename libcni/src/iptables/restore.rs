@@ -6,12 +6,25 @@
 
 use super::save::SavedRule;
 
+/// A value restore input cannot carry: a newline would end the line and
+/// start a command of the value's choosing, so control characters are
+/// refused here, whatever the caller validated before.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("iptables-restore input cannot carry control characters: {value:?}")]
+pub struct UnsafeArg {
+    pub value: String,
+}
+
 /// A restore script for one table, built change by change.
+///
+/// A change naming a control character is not added; the script remembers
+/// the first such value and refuses to [`render`](RestoreScript::render).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestoreScript {
     table: String,
     declarations: Vec<String>,
     commands: Vec<String>,
+    refused: Option<UnsafeArg>,
 }
 
 impl RestoreScript {
@@ -20,62 +33,102 @@ impl RestoreScript {
             table: table.to_string(),
             declarations: Vec::new(),
             commands: Vec::new(),
+            refused: None,
+        }
+    }
+
+    /// Adds `line` to `list` unless it holds a control character, which is
+    /// remembered instead (the first one).
+    fn push_checked(&mut self, line: Result<String, UnsafeArg>, declaration: bool) {
+        match line.and_then(|line| check_line(&line).map(|()| line)) {
+            Ok(line) if declaration => self.declarations.push(line),
+            Ok(line) => self.commands.push(line),
+            Err(e) => {
+                self.refused.get_or_insert(e);
+            }
         }
     }
 
     /// `:<chain> - [0:0]`: creates the chain, or empties it if it exists.
     pub fn declare_chain(&mut self, chain: &str) {
-        self.declarations.push(format!(":{chain} - [0:0]"));
+        self.push_checked(Ok(format!(":{chain} - [0:0]")), true);
     }
 
     /// `-A <chain> <args>`.
     pub fn append(&mut self, chain: &str, args: &[String]) {
-        self.commands
-            .push(format!("-A {chain} {}", join_args(args)));
+        let line = checked_join(args).map(|args| format!("-A {chain} {args}"));
+        self.push_checked(line, false);
     }
 
     /// `-I <chain> <position> <args>` (positions count from 1).
     pub fn insert(&mut self, chain: &str, position: u32, args: &[String]) {
-        self.commands
-            .push(format!("-I {chain} {position} {}", join_args(args)));
+        let line = checked_join(args).map(|args| format!("-I {chain} {position} {args}"));
+        self.push_checked(line, false);
     }
 
     /// `-D <chain> <text>`: deletes `rule` by the text it was saved with.
     pub fn delete(&mut self, rule: &SavedRule) {
-        self.commands
-            .push(format!("-D {} {}", rule.chain, rule.text));
+        self.push_checked(Ok(format!("-D {} {}", rule.chain, rule.text)), false);
     }
 
     /// `-F <chain>`.
     pub fn flush_chain(&mut self, chain: &str) {
-        self.commands.push(format!("-F {chain}"));
+        self.push_checked(Ok(format!("-F {chain}")), false);
     }
 
     /// `-X <chain>`: the chain must be empty and unreferenced by then.
     pub fn delete_chain(&mut self, chain: &str) {
-        self.commands.push(format!("-X {chain}"));
+        self.push_checked(Ok(format!("-X {chain}")), false);
     }
 
     /// Whether the script changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.declarations.is_empty() && self.commands.is_empty()
+        self.declarations.is_empty() && self.commands.is_empty() && self.refused.is_none()
     }
 
-    /// The script as `iptables-restore` reads it.
-    pub fn render(&self) -> String {
+    /// The script as `iptables-restore` reads it; an error if a change
+    /// named a control character (nothing of the script is then applied).
+    pub fn render(&self) -> Result<String, UnsafeArg> {
+        if let Some(refused) = &self.refused {
+            return Err(refused.clone());
+        }
         let mut out = format!("*{}\n", self.table);
         for line in self.declarations.iter().chain(&self.commands) {
             out.push_str(line);
             out.push('\n');
         }
         out.push_str("COMMIT\n");
-        out
+        Ok(out)
     }
 }
 
+/// Refuses a line carrying a control character (a chain name or saved
+/// text that did not pass through [`quote_arg`]).
+fn check_line(line: &str) -> Result<(), UnsafeArg> {
+    if line.chars().any(char::is_control) {
+        return Err(UnsafeArg {
+            value: line.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// One argument as restore input: bare when safe, else double-quoted with
-/// `\"` and `\\` escapes (what [`super::save::split_args`] undoes).
-pub fn quote_arg(arg: &str) -> String {
+/// `\"` and `\\` escapes (what [`super::save::split_args`] undoes). A
+/// control character (newline, carriage return, NUL, ...) is an error:
+/// quotes do not stop restore from reading a newline as the end of the
+/// command.
+pub fn quote_arg(arg: &str) -> Result<String, UnsafeArg> {
+    if arg.chars().any(char::is_control) {
+        return Err(UnsafeArg {
+            value: arg.to_string(),
+        });
+    }
+    Ok(quote_unchecked(arg))
+}
+
+/// [`quote_arg`] without the control-character check.
+fn quote_unchecked(arg: &str) -> String {
     let needs_quotes = arg.is_empty()
         || arg
             .chars()
@@ -95,10 +148,22 @@ pub fn quote_arg(arg: &str) -> String {
     quoted
 }
 
-/// Arguments joined as one restore line's tail.
+/// Arguments joined as one restore line's tail, refusing control
+/// characters.
+pub fn checked_join(args: &[String]) -> Result<String, UnsafeArg> {
+    Ok(args
+        .iter()
+        .map(|a| quote_arg(a))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(" "))
+}
+
+/// Arguments joined as `iptables-save` prints them: the text a saved rule
+/// is compared and deleted by. It is never written as is: a script
+/// refuses a deletion whose text holds a control character.
 pub fn join_args(args: &[String]) -> String {
     args.iter()
-        .map(|a| quote_arg(a))
+        .map(|a| quote_unchecked(a))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -123,15 +188,49 @@ mod tests {
             "# hash",
             "two  spaces",
         ] {
-            let quoted = quote_arg(arg);
+            let quoted = quote_arg(arg).unwrap();
             assert_eq!(
                 split_args(&quoted).unwrap(),
                 vec![arg.to_string()],
                 "{quoted}"
             );
         }
-        assert_eq!(quote_arg("-s"), "-s");
-        assert_eq!(quote_arg("!"), "!");
+        assert_eq!(quote_arg("-s").unwrap(), "-s");
+        assert_eq!(quote_arg("!").unwrap(), "!");
+    }
+
+    #[test]
+    fn control_characters_are_refused_and_poison_the_script() {
+        for arg in ["a\nb", "x\r", "\0", "tab\there", "\u{1b}[2J"] {
+            assert_eq!(
+                quote_arg(arg),
+                Err(UnsafeArg {
+                    value: arg.to_string()
+                }),
+                "{arg:?}"
+            );
+        }
+        let mut script = RestoreScript::new("nat");
+        script.append("CNI-x", &args(&["-j", "ACCEPT"]));
+        script.append(
+            "CNI-x",
+            &args(&["--comment", "x\n-A INPUT -j DROP", "-j", "ACCEPT"]),
+        );
+        script.flush_chain("CNI-y\n-F INPUT");
+        assert!(!script.is_empty());
+        let err = script.render().unwrap_err();
+        assert_eq!(err.value, "x\n-A INPUT -j DROP", "the first refused value");
+        assert_eq!(
+            err.to_string(),
+            "iptables-restore input cannot carry control characters: \"x\\n-A INPUT -j DROP\""
+        );
+        let mut script = RestoreScript::new("nat");
+        script.delete(&SavedRule {
+            chain: "POSTROUTING".into(),
+            args: args(&["-j", "x\ny"]),
+            text: join_args(&args(&["-j", "x\ny"])),
+        });
+        assert!(script.render().is_err());
     }
 
     #[test]
@@ -164,7 +263,7 @@ mod tests {
         script.delete_chain("CNI-x");
         assert!(!script.is_empty());
         assert_eq!(
-            script.render(),
+            script.render().unwrap(),
             "*nat\n\
              :CNI-x - [0:0]\n\
              -A CNI-x ! -d 224.0.0.0/4 -m comment --comment \"a b\" -j MASQUERADE\n\

@@ -81,11 +81,13 @@ fn add_input(
     container: IpNetwork,
     table: &SavedTable,
 ) -> String {
-    add_script(conf, container_id, container, table).render()
+    add_script(conf, container_id, container, table)
+        .render()
+        .unwrap()
 }
 
 fn delete_input(table: &SavedTable, chains: &[&str]) -> Option<String> {
-    delete_script(table, chains).map(|script| script.render())
+    delete_script(table, chains).map(|script| script.render().unwrap())
 }
 
 #[test]
