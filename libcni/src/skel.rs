@@ -37,7 +37,7 @@ use crate::version::{supported_strings, Semver, SpecVersion};
 pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Linux's `IFNAMSIZ` minus the terminating NUL.
-pub const MAX_IFNAME_BYTES: usize = 15;
+pub const MAX_IFNAME_BYTES: usize = crate::link_name::MAX_NAME_BYTES;
 
 /// A `CNI_COMMAND` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -746,32 +746,21 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-/// Interface names the kernel accepts: 1 to 15 bytes, not `.` or `..`, no
-/// `/`, `:` or whitespace (code 4).
+/// Interface names the kernel accepts ([`crate::link_name::check`]): 1 to
+/// 15 bytes, not `.` or `..`, no `/`, `:`, whitespace or control characters
+/// (code 4, the reference's messages and details).
 pub fn validate_interface_name(name: &str) -> Result<(), CniError> {
-    if name.is_empty() {
-        return Err(invalid_env("interface name is empty"));
-    }
-    if name.len() > MAX_IFNAME_BYTES {
-        return Err(
-            invalid_env("interface name is too long").with_details(format!(
+    use crate::link_name::{check, NameRule};
+    check(name).map_err(|rule| {
+        let e = invalid_env(rule.to_string());
+        match rule {
+            NameRule::TooLong => e.with_details(format!(
                 "interface name should be less than {} characters",
                 MAX_IFNAME_BYTES + 1
             )),
-        );
-    }
-    if name == "." || name == ".." {
-        return Err(invalid_env("interface name is . or .."));
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        return Err(invalid_env(
-            "interface name contains / or : or whitespace characters",
-        ));
-    }
-    Ok(())
+            _ => e,
+        }
+    })
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 use nix::errno::Errno;
 
-use super::socket::{NetlinkError, NetlinkFamily, NetlinkSocket};
+use super::socket::{NetlinkError, NetlinkFamily, NetlinkSocket, MAX_ATTRIBUTE_LEN};
 
 /// Operational state of a link (`IF_OPER_*`).
 pub use netlink_packet_route::link::State as OperState;
@@ -76,6 +76,32 @@ impl NetlinkFamily for Rtnetlink {
     const STRICT_CHECKING: bool = true;
     type Request = RouteNetlinkMessage;
     type Reply = RouteNetlinkMessage;
+
+    /// Names an oversized attribute of a link message: names are what a
+    /// configuration can make that long.
+    fn oversized_attribute(request: &RouteNetlinkMessage) -> Option<String> {
+        use netlink_packet_core::Emitable;
+        let link = match request {
+            RouteNetlinkMessage::NewLink(m)
+            | RouteNetlinkMessage::DelLink(m)
+            | RouteNetlinkMessage::GetLink(m)
+            | RouteNetlinkMessage::SetLink(m) => m,
+            _ => return None,
+        };
+        let attribute = link
+            .attributes
+            .iter()
+            .find(|a| a.buffer_len() > MAX_ATTRIBUTE_LEN)?;
+        Some(match attribute {
+            LinkAttribute::IfName(name) => format!("the link name of {} bytes", name.len()),
+            LinkAttribute::IfAlias(alias) => format!("the link alias of {} bytes", alias.len()),
+            other => format!(
+                "link attribute {} of {} bytes",
+                netlink_packet_core::Nla::kind(other),
+                other.buffer_len()
+            ),
+        })
+    }
 }
 
 /// A `NETLINK_ROUTE` socket; see the module docs.

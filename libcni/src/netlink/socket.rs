@@ -70,6 +70,9 @@ const SEND_HEADROOM: usize = 4096;
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
 const NETLINK_HEADER_LEN: usize = 16;
+/// The most bytes an attribute can span, its own header included: its
+/// length field has 16 bits.
+pub const MAX_ATTRIBUTE_LEN: usize = u16::MAX as usize;
 const NLMSG_ERROR: u16 = 2;
 /// Message types below this are netlink's own (`NLMSG_NOOP`, `_ERROR`,
 /// `_DONE`, `_OVERRUN`); from it on, the family's data messages.
@@ -92,6 +95,13 @@ pub trait NetlinkFamily {
     const CLOSE_MAY_WAIT: bool = false;
     type Request: NetlinkSerializable + fmt::Debug;
     type Reply: NetlinkDeserializable + fmt::Debug;
+
+    /// What in `request` is longer than [`MAX_ATTRIBUTE_LEN`] ("link name
+    /// of 70000 bytes"), for the error that refuses it; `None` when the
+    /// family cannot tell (the error then gives the message's size).
+    fn oversized_attribute(_request: &Self::Request) -> Option<String> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +122,15 @@ pub enum NetlinkError {
     DumpInterrupted(u32),
     #[error("invalid netlink request: {0}")]
     InvalidArgument(String),
+    #[error(
+        "netlink request of {len} bytes cannot be encoded: {} is longer than the {MAX_ATTRIBUTE_LEN} bytes a netlink attribute holds",
+        .attribute.as_deref().unwrap_or("one of its attributes")
+    )]
+    Oversized {
+        len: usize,
+        /// What is too long, when the family can tell.
+        attribute: Option<String>,
+    },
     #[error(transparent)]
     NetNs(#[from] NetNsError),
     #[error("{context}: {source}")]
@@ -142,6 +161,14 @@ impl NetlinkError {
         }
     }
 
+    /// The error under any added context.
+    pub fn innermost(&self) -> &NetlinkError {
+        match self {
+            NetlinkError::Context { source, .. } => source.innermost(),
+            other => other,
+        }
+    }
+
     pub fn is_exists(&self) -> bool {
         self.errno() == Some(Errno::EEXIST)
     }
@@ -165,8 +192,34 @@ impl NetlinkError {
 
 impl ToCniError for NetlinkError {
     fn to_cni_error(&self) -> CniError {
-        CniError::new(ErrorCode::Internal, self.to_string())
+        let code = match self.innermost() {
+            // Only the configuration's values make a request this long.
+            NetlinkError::Oversized { .. } => ErrorCode::InvalidNetworkConfig,
+            _ => ErrorCode::Internal,
+        };
+        CniError::new(code, self.to_string())
     }
+}
+
+/// Refuses a request the encoders cannot write, before they write it:
+/// `netlink-packet-*` panic on an attribute longer than its 16-bit length
+/// field (and release builds abort), which a configuration value of
+/// 70,000 bytes reached. Every attribute lies inside the message's body,
+/// so a body within the limit holds none too long. No request of this
+/// suite is longer legitimately: nested attributes (a rule's expressions,
+/// a link's info) must fit the limit too, and nothing here sends sets.
+fn check_encodable<P: NetlinkFamily>(
+    packet: &NetlinkMessage<P::Request>,
+) -> Result<(), NetlinkError> {
+    let len = packet.buffer_len();
+    if len.saturating_sub(NETLINK_HEADER_LEN) <= MAX_ATTRIBUTE_LEN {
+        return Ok(());
+    }
+    let attribute = match &packet.payload {
+        NetlinkPayload::InnerMessage(message) => P::oversized_attribute(message),
+        _ => None,
+    };
+    Err(NetlinkError::Oversized { len, attribute })
 }
 
 /// One message of a [`NetlinkSocket::transaction`]: its netlink flags
@@ -356,6 +409,7 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         packet.header.flags = NLM_F_REQUEST | flags;
         packet.header.sequence_number = self.next_sequence();
         packet.finalize();
+        check_encodable::<P>(&packet)?;
         // Serialized before the fork: the child must not allocate.
         let mut bytes = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut bytes);
@@ -388,6 +442,7 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
         let sequence = self.next_sequence();
         packet.header.sequence_number = sequence;
         packet.finalize();
+        check_encodable::<P>(packet)?;
         let mut bytes = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut bytes);
         log::trace!("netlink send: {packet:?}");
@@ -469,6 +524,7 @@ impl<P: NetlinkFamily> NetlinkSocket<P> {
             let mut packet =
                 NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message.message));
             packet.finalize();
+            check_encodable::<P>(&packet).map_err(|e| e.context(message.description.clone()))?;
             log::trace!("netlink send: {packet:?}");
             let start = bytes.len();
             bytes.resize(start + packet.buffer_len(), 0);
@@ -666,6 +722,57 @@ fn extended_ack_message(tlvs: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn get_link_named(name: String) -> NetlinkMessage<netlink_packet_route::RouteNetlinkMessage> {
+        use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+        let mut link = LinkMessage::default();
+        link.attributes.push(LinkAttribute::IfName(name));
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::InnerMessage(netlink_packet_route::RouteNetlinkMessage::GetLink(link)),
+        );
+        packet.finalize();
+        packet
+    }
+
+    #[test]
+    fn requests_too_long_to_encode_are_refused_before_encoding() {
+        use crate::netlink::route::Rtnetlink;
+        // What the issue's fuzzer sent as `master`: the encoder panicked.
+        let e = check_encodable::<Rtnetlink>(&get_link_named("m".repeat(70_000))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "netlink request of 70040 bytes cannot be encoded: the link name of 70000 bytes \
+             is longer than the 65535 bytes a netlink attribute holds"
+        );
+        assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        let in_context = e.context("look up master");
+        assert_eq!(
+            in_context.to_cni_error().code,
+            ErrorCode::InvalidNetworkConfig
+        );
+
+        // The largest body the check lets through encodes.
+        let fits = get_link_named("m".repeat(65_000));
+        check_encodable::<Rtnetlink>(&fits).unwrap();
+        let mut bytes = vec![0u8; fits.buffer_len()];
+        fits.serialize(&mut bytes);
+        assert_eq!(bytes.len(), 65_040);
+
+        // A family that cannot name the attribute still refuses.
+        struct Unnamed;
+        impl NetlinkFamily for Unnamed {
+            const PROTOCOL: isize = 0;
+            type Request = netlink_packet_route::RouteNetlinkMessage;
+            type Reply = netlink_packet_route::RouteNetlinkMessage;
+        }
+        let e = check_encodable::<Unnamed>(&get_link_named("m".repeat(70_000))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "netlink request of 70040 bytes cannot be encoded: one of its attributes \
+             is longer than the 65535 bytes a netlink attribute holds"
+        );
+    }
 
     #[test]
     fn error_matching_looks_through_context() {

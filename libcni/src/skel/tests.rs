@@ -525,6 +525,8 @@ fn interface_name_validation() {
             "eth\u{a0}0",
             "interface name contains / or : or whitespace characters",
         ),
+        ("eth\u{1b}0", "interface name contains control characters"),
+        ("eth\u{0}", "interface name contains control characters"),
     ];
     for command in ["ADD", "CHECK", "DEL"] {
         for (name, msg) in cases {
