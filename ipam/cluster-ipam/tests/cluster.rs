@@ -192,8 +192,10 @@ fn with_etcd_down_held_blocks_serve_and_new_blocks_fail_fast_with_11() {
             out.msg()
         );
     }
+    // Within the timeout and a margin for two process starts and refused
+    // connects on a loaded machine: the point is that it does not hang.
     assert!(
-        took < Duration::from_millis(1500 + 1500),
+        took < Duration::from_millis(1500 + 4000),
         "took {took:?} with a 1.5 s timeout"
     );
     // Nothing half-written: no lease, the same record.
@@ -398,17 +400,19 @@ fn an_endpoint_that_never_answers_does_not_use_up_the_deadline() {
             &endpoints,
             json!({"ranges": [[{"subnet": "10.44.0.0/24"}]], "blockSize": 28}),
         );
-        conf["ipam"]["etcd"]["timeoutMs"] = json!(3000);
+        conf["ipam"]["etcd"]["timeoutMs"] = json!(8000);
         let started = Instant::now();
         add(&conf, "p0").expect_ok("ADD with one silent endpoint");
         let took = started.elapsed();
         assert_eq!(node.blocks("silent").len(), 1);
         // The silent endpoint may hold a call for its share of the deadline
-        // (half, with two endpoints), not all of it: the answer comes from
-        // the other endpoint with time to spare.
+        // (half, with two endpoints: 4 s), not all of it: the answer comes
+        // from the other endpoint with time to spare. 3 s of margin for the
+        // plugin's start and etcd's answers on a loaded machine (the test
+        // had 1 s with a 3 s deadline).
         assert!(
-            took < Duration::from_millis(2500),
-            "{name}: took {took:?} of a 3 s deadline"
+            took < Duration::from_millis(7000),
+            "{name}: took {took:?} of an 8 s deadline"
         );
     }
     drop(silent);

@@ -149,9 +149,11 @@ mod tests {
     }
 
     #[test]
-    fn fingerprints_are_stable_and_distinct() {
-        assert_eq!(fingerprint("a"), fingerprint("a"));
-        assert_ne!(fingerprint("a"), fingerprint("b"));
-        assert_eq!(fingerprint("a").len(), 32);
+    fn fingerprints_are_pinned() {
+        // Rules written by an older version are found by these values, so a
+        // change of the hash or its cut shows here. The first 16 bytes of
+        // SHA-512 of "a" and "b" (`printf a | sha512sum | cut -c1-32`).
+        assert_eq!(fingerprint("a"), "1f40fc92da241694750979ee6cf582f2");
+        assert_eq!(fingerprint("b"), "5267768822ee624d48fce15ec5ca79cb");
     }
 }

@@ -25,7 +25,13 @@ const RATE: u64 = 8_000_000;
 /// Bits: 32 KiB, a small part of the transfer.
 const BURST: u64 = 262_144;
 const PAYLOAD: usize = 1024 * 1024;
-const TOLERANCE: f64 = 0.30;
+/// The shaper's ceiling: a transfer may not beat the rate by more than this
+/// (the 32 KiB burst is 3 % of the payload).
+const ABOVE: f64 = 0.30;
+/// How far below the rate a transfer may come: a loaded machine (another
+/// core busy, the receiver descheduled) only ever slows it, so the floor is
+/// loose; it still tells a shaped flow from a stalled one.
+const BELOW: f64 = 0.60;
 const SECOND_HOST_IP: &str = "10.78.0.1";
 const SECOND_SUBNET: &str = "10.78.0.0/24";
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,8 +117,8 @@ fn assert_shaped(pod: &Pod, host_ip: &str, direction: Direction) {
     eprintln!("shaped {direction:?} {host_ip}: {rate:.0} bit/s");
     let ratio = rate / RATE as f64;
     assert!(
-        (1.0 - TOLERANCE..=1.0 + TOLERANCE).contains(&ratio),
-        "{direction:?} {host_ip}: {rate:.0} bit/s is not within {TOLERANCE} of {RATE}"
+        (1.0 - BELOW..=1.0 + ABOVE).contains(&ratio),
+        "{direction:?} {host_ip}: {rate:.0} bit/s is not within -{BELOW}/+{ABOVE} of {RATE}"
     );
 }
 
