@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::config_file::{self, Symlinks};
 use crate::state_file;
 
 /// The spec version written.
@@ -89,7 +90,7 @@ pub enum Written {
 /// not a JSON object is replaced (it could not be a device-info); one whose
 /// `type` is another device type is left alone.
 pub fn write_pci(path: &Path, info: &PciDeviceInfo) -> Result<Written, DeviceInfoError> {
-    let existing = match fs::read(path) {
+    let existing = match read_file(path) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(source) => {
@@ -142,7 +143,7 @@ pub fn remove(path: &Path) -> Result<(), DeviceInfoError> {
 
 /// The device-info of `path` as JSON, `None` when there is no file.
 pub fn read(path: &Path) -> Result<Option<Value>, DeviceInfoError> {
-    match fs::read(path) {
+    match read_file(path) {
         Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(DeviceInfoError::Read {
@@ -150,6 +151,13 @@ pub fn read(path: &Path) -> Result<Option<Value>, DeviceInfoError> {
             source,
         }),
     }
+}
+
+/// The file's bytes, bounded ([`config_file::DEVICE_INFO_CAP`]): the
+/// path comes from `runtimeConfig`, so it may name a FIFO or a device. A
+/// symbolic link is not followed: the runtime writes the file itself.
+pub fn read_file(path: &Path) -> io::Result<Vec<u8>> {
+    config_file::read_bounded(path, config_file::DEVICE_INFO_CAP, Symlinks::Refuse)
 }
 
 fn merge(mut theirs: Map<String, Value>, ours: Value) -> Value {

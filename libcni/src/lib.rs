@@ -17,6 +17,7 @@ pub mod arena_alloc;
 pub mod args;
 pub mod cache;
 pub mod conf;
+pub mod config_file;
 pub mod detached;
 pub mod device;
 pub mod device_info;

@@ -31,6 +31,7 @@ use etcd_client::{
 };
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ipnetwork::IpNetwork;
+use libcni::config_file::{self, Symlinks, PEM_CAP};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{EtcdConfig, Grid};
@@ -149,8 +150,11 @@ pub struct Etcd {
     deadline: Instant,
 }
 
-fn read_file(key: &'static str, path: &std::path::Path) -> Result<Vec<u8>, EtcdError> {
-    std::fs::read(path).map_err(|source| EtcdError::File {
+/// A credential file's bytes, bounded (`cap`) and regular files only: the
+/// path is a configuration value. Symbolic links are followed: Kubernetes
+/// mounts secrets as links into a `..data` folder.
+fn read_file(key: &'static str, path: &std::path::Path, cap: u64) -> Result<Vec<u8>, EtcdError> {
+    config_file::read_bounded(path, cap, Symlinks::Follow).map_err(|source| EtcdError::File {
         key,
         path: path.display().to_string(),
         source,
@@ -163,7 +167,7 @@ fn connect_options(config: &EtcdConfig) -> Result<(ConnectOptions, Option<TlsPem
         .with_connect_timeout(config.timeout)
         .with_timeout(config.timeout);
     if let (Some(user), Some(path)) = (&config.username, &config.password_file) {
-        let password = read_file("passwordFile", path)?;
+        let password = read_file("passwordFile", path, config_file::PASSWORD_CAP)?;
         let password = String::from_utf8_lossy(&password);
         options = options.with_user(user.clone(), password.trim_end_matches(['\r', '\n']));
     }
@@ -173,12 +177,15 @@ fn connect_options(config: &EtcdConfig) -> Result<(ConnectOptions, Option<TlsPem
     let mut tls = TlsOptions::new();
     let mut pem = TlsPem::default();
     if let Some(ca) = &config.ca_file {
-        let ca = read_file("caFile", ca)?;
+        let ca = read_file("caFile", ca, PEM_CAP)?;
         tls = tls.ca_certificate(Certificate::from_pem(&ca));
         pem.ca = Some(ca);
     }
     if let (Some(cert), Some(key)) = (&config.cert_file, &config.key_file) {
-        let (cert, key) = (read_file("certFile", cert)?, read_file("keyFile", key)?);
+        let (cert, key) = (
+            read_file("certFile", cert, PEM_CAP)?,
+            read_file("keyFile", key, PEM_CAP)?,
+        );
         tls = tls.identity(Identity::from_pem(&cert, &key));
         pem.identity = Some((cert, key));
     }

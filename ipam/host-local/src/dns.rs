@@ -4,12 +4,16 @@
 use std::io;
 use std::path::Path;
 
+use libcni::config_file::{self, Symlinks};
 use libcni::types::Dns;
 
 /// Reads `path`; a file that cannot be read fails the ADD (the result would
 /// otherwise silently lack the DNS settings the configuration asks for).
+/// Bounded ([`config_file::RESOLV_CONF_CAP`]) and regular files only: the
+/// path may come from a namespace user. Symbolic links are followed, as
+/// /etc/resolv.conf is often one.
 pub fn read_resolv_conf(path: &Path) -> io::Result<Dns> {
-    let bytes = std::fs::read(path)?;
+    let bytes = config_file::read_bounded(path, config_file::RESOLV_CONF_CAP, Symlinks::Follow)?;
     Ok(parse_resolv_conf(&String::from_utf8_lossy(&bytes)))
 }
 
@@ -83,5 +87,30 @@ mod tests {
         let path = dir.path().join("resolv.conf");
         std::fs::write(&path, "nameserver 192.0.2.3").unwrap();
         assert_eq!(read_resolv_conf(&path).unwrap().nameservers, ["192.0.2.3"]);
+    }
+
+    /// `"resolvConf": "/dev/zero"` would read until the node ran out of
+    /// memory; a FIFO would block the ADD.
+    #[test]
+    fn devices_fifos_and_huge_files_are_refused() {
+        let e = read_resolv_conf(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero is a character device, not a regular file"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(
+            read_resolv_conf(&fifo).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'#'; 64 * 1024 + 1]).unwrap();
+        assert_eq!(
+            read_resolv_conf(&big).unwrap_err().to_string(),
+            format!("{} is larger than 65536 bytes", big.display())
+        );
     }
 }

@@ -83,6 +83,11 @@ impl Error {
             Error::Args(e) => e.to_cni_error().code,
             Error::Attachment(_) => ErrorCode::InvalidEnvironment,
             Error::Store(e) => store_code(e),
+            // A FIFO, a device or an oversized file: the configuration
+            // named what it must not.
+            Error::ResolvConf { source, .. } if source.kind() == io::ErrorKind::InvalidInput => {
+                ErrorCode::InvalidNetworkConfig
+            }
             Error::ResolvConf { .. } => ErrorCode::Io,
             Error::Alloc { source, .. } => match source {
                 AllocError::NotInRangeSet { .. } | AllocError::RequestedGateway(_) => {

@@ -326,7 +326,7 @@ impl Call<'_> {
 }
 
 fn read_if_present(path: &std::path::Path) -> Result<Option<Vec<u8>>, HostDeviceError> {
-    match fs::read(path) {
+    match device_info::read_file(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(device_info::DeviceInfoError::Read {
