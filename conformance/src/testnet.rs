@@ -354,6 +354,32 @@ pub fn merged(mut base: Value, extra: &Value) -> Value {
     base
 }
 
+/// Link names every configuration key naming a link refuses, each with
+/// the error message for `key` (code 7): a name past the 65535 bytes of a
+/// netlink attribute (netlink-packet-route panicked encoding it, and
+/// release builds abort), a control character (escaped in the message),
+/// a separator.
+pub fn refused_link_names(key: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "m".repeat(70_000),
+            format!("invalid {key} of 70000 bytes: interface name is too long (at most 15 bytes)"),
+        ),
+        (
+            "eth\u{1b}[0m".to_string(),
+            format!(
+                r#"invalid {key} "eth\u{{1b}}[0m": interface name contains control characters"#
+            ),
+        ),
+        (
+            "a/b".to_string(),
+            format!(
+                r#"invalid {key} "a/b": interface name contains / or : or whitespace characters"#
+            ),
+        ),
+    ]
+}
+
 /// A host-local `dataDir` of a test's own (removed on drop) and the leases
 /// host-local keeps in it for one network.
 pub struct HostLocalStore {

@@ -20,7 +20,6 @@ use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat;
 use libcni::iface::{parse_unicast_mac, MacError};
 use libcni::plugin_conf::PluginConf;
-use libcni::skel::validate_interface_name;
 use libcni::types::Dns;
 use libcni::version::{ResultFamily, SpecVersion};
 use serde_json::{Map, Value};
@@ -66,8 +65,8 @@ pub enum ConfigError {
         "invalid MTU {0} (must be 0 for the kernel default, or between {MIN_MTU} and {MAX_MTU})"
     )]
     InvalidMtu(i64),
-    #[error("invalid bridge name {name:?}: {reason}")]
-    InvalidBridgeName { name: String, reason: String },
+    #[error(transparent)]
+    InvalidBridgeName(#[from] libcni::link_name::InvalidLinkName),
     #[error("the VLAN gateway interface name {0:?} is longer than {MAX_IFNAME_BYTES} bytes; use a shorter bridge name")]
     VlanGatewayNameTooLong(String),
     #[error("ipMasqBackend: unknown ipmasq backend {0:?} (must be \"iptables\" or \"nftables\")")]
@@ -98,7 +97,7 @@ impl ToCniError for ConfigError {
             | ConfigError::InvalidVlan(_)
             | ConfigError::Trunk(_)
             | ConfigError::InvalidMtu(_)
-            | ConfigError::InvalidBridgeName { .. }
+            | ConfigError::InvalidBridgeName(_)
             | ConfigError::VlanGatewayNameTooLong(_)
             | ConfigError::InvalidMac { .. }
             | ConfigError::HairpinWithPromisc
@@ -225,12 +224,7 @@ impl BridgeConf {
             .filter(|b| !b.is_empty())
             .unwrap_or(DEFAULT_BRIDGE)
             .to_string();
-        if let Err(e) = validate_interface_name(&bridge) {
-            return Err(ConfigError::InvalidBridgeName {
-                name: bridge,
-                reason: e.to_string(),
-            });
-        }
+        libcni::link_name::check_key("bridge", &bridge)?;
 
         let mtu = match fields.int("mtu")?.unwrap_or(0) {
             0 => None,

@@ -566,7 +566,11 @@ fn bad_configurations_are_refused_before_any_change() {
             "isGateway must be a boolean",
         ),
         (json!({"mtu": 20}), 7, "invalid MTU 20"),
-        (json!({"bridge": "a/b"}), 7, "invalid bridge name"),
+        (
+            json!({"bridge": "a/b"}),
+            7,
+            "invalid bridge \"a/b\": interface name contains / or : or whitespace characters",
+        ),
         (
             json!({"runtimeConfig": {"mac": "ff:ff:ff:ff:ff:ff"}}),
             7,

@@ -53,6 +53,8 @@ pub enum ConfigError {
     BadDeviceInfoPath(String),
     #[error("dataDir {0:?} must be an absolute path")]
     BadDataDir(String),
+    #[error(transparent)]
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
 
 /// How the host device is chosen, after precedence.
@@ -181,6 +183,9 @@ impl NetConf {
             .map_err(ConfigError::Decode)?;
         let runtime = keys.runtime_config.unwrap_or_default();
         let device = non_empty(keys.device);
+        if let Some(name) = &device {
+            libcni::link_name::check_key("device", name)?;
+        }
         let hwaddr = non_empty(keys.hwaddr);
         let kernelpath = non_empty(keys.kernelpath);
         let mut pci = non_empty(keys.pci_bus_id);

@@ -15,7 +15,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use conformance::testnet::{workspace_plugin, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use conformance::testnet::{
+    refused_link_names, workspace_plugin, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS,
+};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_host-device");
@@ -834,4 +836,22 @@ fn two_adds_of_one_device_at_once() {
             .assert_ok();
         assert_device_home(&f);
     }
+}
+
+/// `device` is checked as a link name before any kernel call: a
+/// 70,000-byte one made the netlink encoder panic (SIGABRT in release
+/// builds, no CNI error). Exit status 1 with a code 7 error JSON, the
+/// device left where it is.
+#[test]
+fn device_names_are_checked_before_the_kernel() {
+    let f = Fixture::new("hdname");
+    let links_before = (f.host.links(), f.pod().links());
+    for (device, message) in refused_link_names("device") {
+        let out = f.add(&f.conf("1.0.0", json!({"device": device})));
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+        assert_eq!((f.host.links(), f.pod().links()), links_before);
+        assert!(f.state_files().is_empty());
+    }
+    assert_device_home(&f);
 }

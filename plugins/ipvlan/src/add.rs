@@ -38,7 +38,10 @@ pub fn master_name(
     match prev {
         None => Ok(None),
         Some(prev) => match prev.interfaces.as_slice() {
-            [only] if !only.name.is_empty() => Ok(Some(only.name.clone())),
+            [only] if !only.name.is_empty() => {
+                libcni::link_name::check_key("prevResult.interfaces[0].name", &only.name)?;
+                Ok(Some(only.name.clone()))
+            }
             _ => Err(ConfigError::ChainedMaster),
         },
     }

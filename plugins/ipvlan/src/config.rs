@@ -45,12 +45,15 @@ pub enum ConfigError {
     ChainedMaster,
     #[error("no addresses for the ipvlan link: set \"ipam\", or chain the plugin behind one whose result has IPs")]
     NoAddressSource,
+    #[error(transparent)]
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
 
 impl ToCniError for ConfigError {
     fn to_cni_error(&self) -> CniError {
         match self {
             ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
+            ConfigError::LinkName(e) => e.to_cni_error(),
             ConfigError::Decode(_)
             | ConfigError::UnknownMode(_)
             | ConfigError::ChainedMaster
@@ -91,8 +94,12 @@ impl IpvlanConf {
     pub fn from_conf(conf: &PluginConf) -> Result<IpvlanConf, ConfigError> {
         let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(conf.raw(), &SHAPE))
             .map_err(ConfigError::Decode)?;
+        let master = keys.master.filter(|m| !m.is_empty());
+        if let Some(master) = &master {
+            libcni::link_name::check_key("master", master)?;
+        }
         Ok(IpvlanConf {
-            master: keys.master.filter(|m| !m.is_empty()),
+            master,
             mode: parse_mode(keys.mode.as_deref().unwrap_or_default())?,
             mtu: keys.mtu.unwrap_or(0),
             link_in_container: keys.link_in_container.unwrap_or(false),

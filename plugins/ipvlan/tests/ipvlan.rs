@@ -9,7 +9,7 @@
 //! same test checks the full ADD instead. Traffic over real ipvlan links
 //! is tested in the qemu guest (`qemu/guest-tests.sh`).
 
-use conformance::testnet::{ip, with_prev, MasterNet, PluginCall, SubLinkRig};
+use conformance::testnet::{ip, refused_link_names, with_prev, MasterNet, PluginCall, SubLinkRig};
 use serde_json::json;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_ipvlan");
@@ -250,4 +250,38 @@ fn check_finds_what_differs_before_and_at_the_link() {
 fn add_into_a_missing_or_wrong_netns() {
     let fx = rig("ipv-ns", false);
     fx.assert_add_needs_the_netns(&fx.conf(json!({})));
+}
+
+/// `master` is checked as a link name before any kernel call, for every
+/// verb that reads it: a 70,000-byte one made the netlink encoder panic
+/// (SIGABRT in release builds, no CNI error). Exit status 1 with a code 7
+/// error JSON, nothing made.
+#[test]
+fn master_names_are_checked_before_the_kernel() {
+    let fx = rig("ipv-name", false);
+    for (master, message) in refused_link_names("master") {
+        for command in ["ADD", "CHECK"] {
+            let out = fx.run(command, &fx.conf(json!({"master": master})));
+            assert_eq!(out.error_code(), 7, "{command}: {}", out.stderr);
+            assert_eq!(out.msg(), message, "{command}");
+        }
+        fx.assert_nothing_left();
+    }
+    // Chained without `master`: the prevResult's interface names it.
+    let key = "prevResult.interfaces[0].name";
+    for (name, message) in refused_link_names(key) {
+        let mut chained = fx.conf(json!({}));
+        let map = chained.as_object_mut().unwrap();
+        map.remove("master");
+        map.remove("ipam");
+        map.insert(
+            "prevResult".into(),
+            json!({"cniVersion": "1.0.0", "interfaces": [{"name": name}],
+                   "ips": [{"address": "10.57.0.2/24"}]}),
+        );
+        let out = fx.run("ADD", &chained);
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+        fx.assert_nothing_left();
+    }
 }

@@ -59,6 +59,8 @@ pub enum ConfigError {
     MtuOutOfRange(#[from] MtuOutOfRange),
     #[error(transparent)]
     ResultNotExpressible(#[from] Layer2ResultError),
+    #[error(transparent)]
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
 
 impl ToCniError for ConfigError {
@@ -68,6 +70,7 @@ impl ToCniError for ConfigError {
             ConfigError::InvalidMac(e) => e.to_cni_error(),
             ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
             ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
+            ConfigError::LinkName(e) => e.to_cni_error(),
             ConfigError::Decode(_) | ConfigError::UnknownMode(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -116,6 +119,10 @@ impl MacvlanConf {
         let keys: Keys = libcni::plugin_conf::decode_with_path(&fold_keys(conf.raw(), &SHAPE))
             .map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
+        let master = keys.master.filter(|m| !m.is_empty());
+        if let Some(master) = &master {
+            libcni::link_name::check_key("master", master)?;
+        }
         let mode = parse_mode(keys.mode.as_deref().unwrap_or_default())?;
         let mac = sublink_conf::container_mac(keys.runtime_config, &args, keys.mac.as_deref())?;
         // Its range is the parent's: checked once the parent is found.
@@ -123,7 +130,7 @@ impl MacvlanConf {
         let ipam_type = sublink_conf::ipam_type(conf).map(str::to_string);
         let parsed = MacvlanConf {
             version: conf.cni_version,
-            master: keys.master.filter(|m| !m.is_empty()),
+            master,
             mode,
             mtu,
             mac,

@@ -7,7 +7,8 @@
 //! the pod reaches the peer across the macvlan.
 
 use conformance::testnet::{
-    with_prev, workspace_plugin, MasterNet, PluginCall, SubLinkRig, TestNetns, ALL_VERSIONS,
+    refused_link_names, with_prev, workspace_plugin, MasterNet, PluginCall, SubLinkRig, TestNetns,
+    ALL_VERSIONS,
 };
 use serde_json::{json, Value};
 
@@ -680,4 +681,21 @@ fn del_reports_ipam_failures_and_still_deletes_the_link() {
     assert_eq!(fx.leases().len(), 1);
     fx.run("DEL", &conf).assert_ok();
     fx.assert_nothing_left();
+}
+
+/// `master` is checked as a link name before any kernel call, for every
+/// verb that reads it: a 70,000-byte one made the netlink encoder panic
+/// (SIGABRT in release builds, no CNI error). Exit status 1 with a code 7
+/// error JSON, nothing made.
+#[test]
+fn master_names_are_checked_before_the_kernel() {
+    let fx = rig("mv-name", false);
+    for (master, message) in refused_link_names("master") {
+        for command in ["ADD", "CHECK"] {
+            let out = fx.run(command, &fx.conf(json!({"master": master})));
+            assert_eq!(out.error_code(), 7, "{command}: {}", out.stderr);
+            assert_eq!(out.msg(), message, "{command}");
+        }
+        fx.assert_nothing_left();
+    }
 }

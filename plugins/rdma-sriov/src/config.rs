@@ -31,7 +31,6 @@ use libcni::device::is_pci_address;
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::iface::{parse_unicast_mac, MacError};
 use libcni::plugin_conf::{ConfError, PluginConf};
-use libcni::skel::validate_interface_name;
 use libcni::source_routing::is_kernel_table;
 use serde::Deserialize;
 use serde_json::Value;
@@ -49,8 +48,8 @@ pub enum ConfigError {
     NoDevice,
     #[error("invalid deviceID {0:?}: expected a PCI address like 0000:af:06.0")]
     BadPci(String),
-    #[error("invalid pf {name:?}: {reason}")]
-    BadPf { name: String, reason: String },
+    #[error(transparent)]
+    BadPf(#[from] libcni::link_name::InvalidLinkName),
     #[error("{0}")]
     Invalid(String),
 }
@@ -279,10 +278,7 @@ impl NetConf {
 
         let pf = raw.pf.filter(|s| !s.is_empty());
         if let Some(pf) = &pf {
-            validate_interface_name(pf).map_err(|e| ConfigError::BadPf {
-                name: pf.clone(),
-                reason: e.msg,
-            })?;
+            libcni::link_name::check_key("pf", pf)?;
         }
         let device_id = runtime
             .device_id
@@ -550,7 +546,10 @@ mod tests {
         assert_eq!(c.expected_pf.as_deref(), Some("ens1f0"));
         assert!(message(json!({})).starts_with("VF pci addr is required"));
         assert!(message(json!({"deviceID":"../x"})).contains("invalid deviceID"));
-        assert!(message(json!({"pf":"a/b"})).starts_with("invalid pf"));
+        assert_eq!(
+            message(json!({"pf":"a/b"})),
+            r#"invalid pf "a/b": interface name contains / or : or whitespace characters"#
+        );
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub enum ConfigError {
     InvalidMtu(i64),
     #[error(transparent)]
     ResultNotExpressible(#[from] Layer2ResultError),
+    #[error(transparent)]
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
 
 impl ToCniError for ConfigError {
@@ -68,6 +70,7 @@ impl ToCniError for ConfigError {
             ConfigError::Args(e) => e.to_cni_error(),
             ConfigError::Mac(e) => e.to_cni_error(),
             ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
+            ConfigError::LinkName(e) => e.to_cni_error(),
             ConfigError::Decode(_) | ConfigError::InvalidMtu(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
@@ -121,6 +124,10 @@ impl TapConf {
             serde_json::from_value(fold_keys(conf.raw(), &SHAPE)).map_err(ConfigError::Decode)?;
         let args = CniArgs::parse(cni_args, &CNI_ARGS_KEYS)?;
         let mac = sublink_conf::container_mac(keys.runtime_config, &args, keys.mac.as_deref())?;
+        let bridge = keys.bridge.filter(|b| !b.is_empty());
+        if let Some(bridge) = &bridge {
+            libcni::link_name::check_key("bridge", bridge)?;
+        }
         let mtu = match keys.mtu.unwrap_or(0) {
             0 => None,
             mtu => Some(u32::try_from(mtu).map_err(|_| ConfigError::InvalidMtu(mtu))?),
@@ -133,7 +140,7 @@ impl TapConf {
             owner: keys.owner,
             group: keys.group,
             selinux_context: keys.selinux_context.filter(|c| !c.is_empty()),
-            bridge: keys.bridge.filter(|b| !b.is_empty()),
+            bridge,
             ipam_type: sublink_conf::ipam_type(conf).map(str::to_string),
             dns: conf.dns.clone(),
         })

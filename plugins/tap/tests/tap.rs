@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use conformance::testnet::{
-    workspace_plugin, HostLocalStore, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS,
+    refused_link_names, workspace_plugin, HostLocalStore, PluginCall, PluginOutcome, TestNetns,
+    ALL_VERSIONS,
 };
 use serde_json::{json, Value};
 
@@ -639,3 +640,19 @@ fn the_owner_attaches_and_traffic_flows() {
 
 /// `EPERM`, as Python reports it.
 const EPERM: i32 = 1;
+
+/// `bridge` is checked as a link name before any kernel call: a
+/// 70,000-byte one made the netlink encoder panic (SIGABRT in release
+/// builds, no CNI error). Exit status 1 with a code 7 error JSON, no tap
+/// and no lease.
+#[test]
+fn bridge_names_are_checked_before_the_kernel() {
+    let f = Fixture::new("tap-name");
+    for (bridge, message) in refused_link_names("bridge") {
+        let out = f.call("ADD", &f.conf("1.0.0", json!({"bridge": bridge})));
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+        f.assert_pod_links(&[]);
+        assert!(f.leases().is_empty());
+    }
+}

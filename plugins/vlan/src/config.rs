@@ -45,12 +45,15 @@ pub enum ConfigError {
     MtuOutOfRange(#[from] MtuOutOfRange),
     #[error("\"ipam\" with a \"type\" is required: a VLAN link gets its addresses from IPAM")]
     IpamMissing,
+    #[error(transparent)]
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
 
 impl ToCniError for ConfigError {
     fn to_cni_error(&self) -> CniError {
         match self {
             ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
+            ConfigError::LinkName(e) => e.to_cni_error(),
             ConfigError::Decode(_)
             | ConfigError::MasterMissing
             | ConfigError::InvalidVlanId(_)
@@ -93,6 +96,7 @@ impl VlanConf {
             .master
             .filter(|m| !m.is_empty())
             .ok_or(ConfigError::MasterMissing)?;
+        libcni::link_name::check_key("master", &master)?;
         let id = keys.vlan_id.unwrap_or(0);
         let vlan_id = u16::try_from(id)
             .ok()

@@ -9,7 +9,7 @@
 //! the same test checks the full ADD instead. Traffic over a real VLAN is
 //! tested in the qemu guest (`qemu/guest-tests.sh`).
 
-use conformance::testnet::{ip, with_prev, MasterNet, PluginCall, SubLinkRig};
+use conformance::testnet::{ip, refused_link_names, with_prev, MasterNet, PluginCall, SubLinkRig};
 use serde_json::json;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_vlan");
@@ -225,4 +225,21 @@ fn check_finds_what_differs_before_and_at_the_link() {
 fn add_into_a_missing_or_wrong_netns() {
     let fx = rig("vl-ns", false);
     fx.assert_add_needs_the_netns(&fx.conf(json!({})));
+}
+
+/// `master` is checked as a link name before any kernel call, for every
+/// verb that reads it: a 70,000-byte one made the netlink encoder panic
+/// (SIGABRT in release builds, no CNI error). Exit status 1 with a code 7
+/// error JSON, nothing made.
+#[test]
+fn master_names_are_checked_before_the_kernel() {
+    let fx = rig("vl-name", false);
+    for (master, message) in refused_link_names("master") {
+        for command in ["ADD", "CHECK"] {
+            let out = fx.run(command, &fx.conf(json!({"master": master})));
+            assert_eq!(out.error_code(), 7, "{command}: {}", out.stderr);
+            assert_eq!(out.msg(), message, "{command}");
+        }
+        fx.assert_nothing_left();
+    }
 }

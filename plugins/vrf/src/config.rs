@@ -20,10 +20,8 @@ pub enum ConfigError {
     Decode(#[source] serde_json::Error),
     #[error("configuration is expected to have a valid vrf name")]
     VrfNameMissing,
-    #[error(
-        "vrf name {0:?} is not a valid interface name (1 to 15 bytes, no '/', ':' or whitespace)"
-    )]
-    VrfNameInvalid(String),
+    #[error(transparent)]
+    VrfNameInvalid(#[from] libcni::link_name::InvalidLinkName),
 }
 
 impl ToCniError for ConfigError {
@@ -63,9 +61,7 @@ impl VrfConf {
             .vrfname
             .filter(|n| !n.is_empty())
             .ok_or(ConfigError::VrfNameMissing)?;
-        if libcni::skel::validate_interface_name(&vrf_name).is_err() {
-            return Err(ConfigError::VrfNameInvalid(vrf_name));
-        }
+        libcni::link_name::check_key("vrfname", &vrf_name)?;
         Ok(VrfConf {
             vrf_name,
             table: keys.table.filter(|&t| t != 0),

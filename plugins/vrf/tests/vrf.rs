@@ -7,7 +7,9 @@
 //! enslavement instead. The reference's scenarios run in the qemu guest
 //! (`qemu/guest-tests.sh`), beside the reference binary.
 
-use conformance::testnet::{PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS};
+use conformance::testnet::{
+    refused_link_names, PluginCall, PluginOutcome, TestNetns, ALL_VERSIONS,
+};
 use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_vrf");
@@ -236,4 +238,24 @@ fn check_refusals_and_gc_status() {
             .run(PLUGIN.as_ref())
             .assert_ok();
     }
+}
+
+/// `vrfname` is checked as a link name before any kernel call: ADD and
+/// CHECK exit 1 with a code 7 error JSON naming the key, nothing is made
+/// or deleted.
+#[test]
+fn vrf_names_are_checked_before_the_kernel() {
+    let ns = pod("vrf-name");
+    let before = ns.ip_json(&["-d", "link", "show"]);
+    for (name, message) in refused_link_names("vrfname") {
+        let bad = conf("1.0.0", &ns, json!({"vrfname": name}));
+        for command in ["ADD", "CHECK"] {
+            let out = call(command, &ns, &bad);
+            assert_eq!(out.error_code(), 7, "{command}: {}", out.stderr);
+            assert_eq!(out.msg(), message, "{command}");
+        }
+        // DEL of a configuration that names no VRF has nothing to delete.
+        call("DEL", &ns, &bad).assert_ok();
+    }
+    assert_eq!(ns.ip_json(&["-d", "link", "show"]), before);
 }
