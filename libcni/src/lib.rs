@@ -47,6 +47,8 @@ pub mod state_file;
 pub mod sysctl;
 #[doc(hidden)]
 pub mod test_skip;
+#[doc(hidden)]
+pub mod test_userns;
 pub mod types;
 pub mod version;
 pub mod veth;
@@ -54,3 +56,7 @@ pub mod veth;
 pub use error::{CniError, ErrorCode};
 pub use ip_family::IpFamily;
 pub use version::SpecVersion;
+
+// Unit tests run without root in namespaces of their own (test_userns).
+#[cfg(test)]
+crate::unit_tests_without_root!();

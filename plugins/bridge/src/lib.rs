@@ -16,3 +16,7 @@ pub mod rollback;
 pub mod rules;
 pub mod spoofchk;
 pub mod vlan;
+
+// Unit tests run without root in namespaces of their own (libcni::test_userns).
+#[cfg(test)]
+libcni::unit_tests_without_root!();

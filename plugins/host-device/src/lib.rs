@@ -29,3 +29,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 pub mod transfer;
+
+// Unit tests run without root in namespaces of their own (libcni::test_userns).
+#[cfg(test)]
+libcni::unit_tests_without_root!();

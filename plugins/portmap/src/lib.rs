@@ -388,3 +388,7 @@ mod tests {
         );
     }
 }
+
+// Unit tests run without root in namespaces of their own (libcni::test_userns).
+#[cfg(test)]
+libcni::unit_tests_without_root!();

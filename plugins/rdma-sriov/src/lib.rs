@@ -56,3 +56,7 @@ pub mod vf;
 
 pub use error::PluginError;
 pub use plugin::{Backends, RdmaSriov};
+
+// Unit tests run without root in namespaces of their own (libcni::test_userns).
+#[cfg(test)]
+libcni::unit_tests_without_root!();
