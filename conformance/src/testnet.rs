@@ -113,6 +113,35 @@ pub fn ip(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The node policy file every [`PluginCall`] names in
+/// `CNI_RS_POLICY_FILE`: it allows the system's temporary folder, where
+/// tests keep their scratch state, logs and device-info files, for every
+/// place (`libcni::confine`), as a node's administrator would allow a
+/// folder. Tests of the confinement itself name their own policy with
+/// [`PluginCall::var`]. Rewritten whole (rename) by each test process:
+/// the content is always the same.
+pub fn scratch_policy() -> &'static Path {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        let path = tmp.join("cni-rs-test-policy.json");
+        let folder = tmp.display().to_string();
+        let policy = serde_json::json!({"allow": {
+            "logs": [folder], "state": [folder], "deviceInfo": [folder], "credentials": [folder],
+        }});
+        let mut text = serde_json::to_vec_pretty(&policy).unwrap_or_default();
+        text.push(b'\n');
+        // A state file's atomic write: 0600, renamed into place.
+        if let Err(e) = libcni::state_file::write_atomically(&path, &text) {
+            panic!(
+                "cannot write the tests' policy file {}: {e}",
+                path.display()
+            );
+        }
+        path
+    })
+}
+
 /// Where the workspace's built binaries are: `$CNI_TEST_BIN_DIR`; else,
 /// for a test binary (cargo puts it in `<target dir>/debug/deps`), the
 /// folder above its own, so a target dir moved by `CARGO_TARGET_DIR` or
@@ -196,6 +225,10 @@ impl PluginCall {
         let mut env = BTreeMap::new();
         env.insert("CNI_COMMAND".to_string(), command.to_string());
         env.insert("CNI_PATH".to_string(), bin_dir().display().to_string());
+        env.insert(
+            libcni::confine::POLICY_ENV.to_string(),
+            scratch_policy().display().to_string(),
+        );
         PluginCall {
             env,
             stdin: Vec::new(),

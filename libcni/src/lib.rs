@@ -18,6 +18,7 @@ pub mod args;
 pub mod cache;
 pub mod conf;
 pub mod config_file;
+pub mod confine;
 pub mod detached;
 pub mod device;
 pub mod device_info;

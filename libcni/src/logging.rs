@@ -26,7 +26,10 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::LevelFilter;
+use rustix::fs::OFlags;
 use serde_json::Value;
+
+use crate::confine::{ConfineError, Confined, Place, Places};
 
 pub const LEVEL_ENV: &str = "CNI_LOG_LEVEL";
 pub const FILE_ENV: &str = "CNI_LOG_FILE";
@@ -95,6 +98,11 @@ impl LogContext {
 pub struct LogSettings {
     pub level: LevelFilter,
     pub file: Option<PathBuf>,
+    /// Set when the file came from the configuration's `logFile`: it is
+    /// then opened only inside the log folders ([`Place::Logs`]), without
+    /// following links. `CNI_LOG_FILE` is the administrator's and is
+    /// opened as it is.
+    pub confined: Option<Confined>,
 }
 
 impl Default for LogSettings {
@@ -102,6 +110,7 @@ impl Default for LogSettings {
         LogSettings {
             level: DEFAULT_LEVEL,
             file: None,
+            confined: None,
         }
     }
 }
@@ -120,6 +129,19 @@ impl LogSettings {
         env_level: Option<&str>,
         env_file: Option<&str>,
         conf: &Value,
+    ) -> (LogSettings, Vec<String>) {
+        let places = Places::node();
+        Self::resolve_in(env_level, env_file, conf, places)
+    }
+
+    /// As [`LogSettings::resolve_with_warnings`], with the node's places
+    /// given. A `logFile` outside them is dropped with a warning: a bad
+    /// log setting never fails a network, and the refusal is on stderr.
+    pub fn resolve_in(
+        env_level: Option<&str>,
+        env_file: Option<&str>,
+        conf: &Value,
+        places: Result<Places, ConfineError>,
     ) -> (LogSettings, Vec<String>) {
         let conf_str = |key: &str| conf.get(key).and_then(Value::as_str);
         let mut warnings = Vec::new();
@@ -151,13 +173,24 @@ impl LogSettings {
                 w.push_str(&format!("; logging at {effective}"));
             }
         }
-        let file = [env_file, conf_str(FILE_KEY)]
-            .into_iter()
-            .flatten()
-            .find(|f| !f.is_empty())
-            .map(PathBuf::from);
         let level = level.map_or(DEFAULT_LEVEL, |(parsed, _)| parsed);
-        (LogSettings { level, file }, warnings)
+        let mut settings = LogSettings {
+            level,
+            ..LogSettings::default()
+        };
+        if let Some(file) = env_file.filter(|f| !f.is_empty()) {
+            settings.file = Some(PathBuf::from(file));
+        } else if let Some(file) = conf_str(FILE_KEY).filter(|f| !f.is_empty()) {
+            let path = PathBuf::from(file);
+            match places.and_then(|p| p.confine(FILE_KEY, Place::Logs, &path)) {
+                Ok(confined) => {
+                    settings.file = Some(path);
+                    settings.confined = Some(confined);
+                }
+                Err(e) => warnings.push(format!("{e}; logging to stderr only")),
+            }
+        }
+        (settings, warnings)
     }
 }
 
@@ -295,10 +328,8 @@ pub fn build_logger_with_context(
     context: LogContext,
     mut stderr: Box<dyn Write + Send>,
 ) -> env_logger::Logger {
-    let file = settings
-        .file
-        .as_deref()
-        .and_then(|path| match open_log_file(path) {
+    let file = settings.file.as_deref().and_then(|path| {
+        match open_log_file(path, settings.confined.as_ref()) {
             Ok(f) => Some(f),
             Err(e) => {
                 // Best effort: the message may be lost too, but nothing else can
@@ -306,7 +337,8 @@ pub fn build_logger_with_context(
                 let _ = writeln!(stderr, "cannot open log file {}: {e}", path.display());
                 None
             }
-        });
+        }
+    });
     let tee = TeeWriter { stderr, file };
     env_logger::Builder::new()
         .filter_level(settings.level)
@@ -315,7 +347,19 @@ pub fn build_logger_with_context(
         .build()
 }
 
-fn open_log_file(path: &Path) -> io::Result<File> {
+fn open_log_file(path: &Path, confined: Option<&Confined>) -> io::Result<File> {
+    if let Some(confined) = confined {
+        // O_NONBLOCK: a FIFO put in the log folder must not hang the plugin.
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::APPEND | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let file = confined
+            .open(flags, 0o600, Some(0o700))
+            .map_err(io::Error::other)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        return Ok(file);
+    }
     OpenOptions::new()
         .create(true)
         .append(true)
@@ -483,6 +527,7 @@ mod tests {
         let settings = LogSettings {
             level: LevelFilter::Info,
             file: None,
+            confined: None,
         };
         let stderr = SharedBuf::default();
         let logger = build_logger_with_context(&settings, add_context(), Box::new(stderr.clone()));
@@ -528,6 +573,7 @@ mod tests {
         let settings = LogSettings {
             level: LevelFilter::Info,
             file: None,
+            confined: None,
         };
         let context = LogContext {
             ifname: "eth0\nroot".into(),
@@ -556,6 +602,7 @@ mod tests {
         let settings = LogSettings {
             level: LevelFilter::Info,
             file: None,
+            confined: None,
         };
         let delegate = LogContext {
             plugin: "host-local".into(),
@@ -673,10 +720,79 @@ mod tests {
         assert_eq!(s.file, Some(PathBuf::from("/tmp/env.log")));
         let s = LogSettings::resolve(Some("bogus"), Some(""), &conf);
         assert_eq!(s.level, LevelFilter::Info);
-        assert_eq!(s.file, Some(PathBuf::from("/tmp/conf.log")));
+        // /tmp is no log folder of the node's.
+        assert_eq!(s.file, None);
         let s = LogSettings::resolve(None, None, &json!({"logLevel":7,"logFile":false}));
         assert_eq!(s, LogSettings::default());
         assert_eq!(LogSettings::default().level, LevelFilter::Warn);
+    }
+
+    /// `logFile` from the configuration (a namespace user's, with Multus)
+    /// is opened only inside the log folders and never through a link;
+    /// `CNI_LOG_FILE` is the administrator's.
+    #[test]
+    fn a_configured_log_file_is_confined_to_the_log_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        let policy = crate::confine::Policy {
+            allow: crate::confine::Allow {
+                logs: vec![logs.clone()],
+                ..Default::default()
+            },
+        };
+        let places = || {
+            Ok(Places::with_policy(
+                policy.clone(),
+                "/etc/cni/cni-rs-policy.json",
+            ))
+        };
+        let victim = dir.path().join("authorized_keys");
+        std::fs::write(&victim, b"keep\n").unwrap();
+        let conf = json!({"logLevel":"info","logFile": victim});
+        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places());
+        assert_eq!(s.file, None);
+        assert_eq!(
+            warnings,
+            vec![format!(
+                "logFile {victim:?} is outside the folders allowed for logs \
+                 (/var/log/cni-rs, {}); the node's administrator can allow a folder with \
+                 \"allow\": {{\"logs\": [\"/folder\"]}} in /etc/cni/cni-rs-policy.json; \
+                 logging to stderr only",
+                logs.display()
+            )]
+        );
+        let (s, warnings) =
+            LogSettings::resolve_in(None, Some(victim.to_str().unwrap()), &conf, places());
+        assert_eq!(
+            (s.file.as_deref(), s.confined, warnings.len()),
+            (Some(victim.as_path()), None, 0)
+        );
+
+        // Inside: created with its folder; a link inside pointing out is
+        // not followed.
+        let inside = logs.join("net/plugin.log");
+        let conf = json!({"logLevel":"info","logFile": inside});
+        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places());
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&s, add_context(), Box::new(stderr.clone()));
+        log_at(&logger, log::Level::Info, "in the folder");
+        assert!(std::fs::read_to_string(&inside)
+            .unwrap()
+            .contains("in the folder"));
+        let link = logs.join("link.log");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let conf = json!({"logLevel":"info","logFile": link});
+        let (s, _) = LogSettings::resolve_in(None, None, &conf, places());
+        let stderr = SharedBuf::default();
+        let logger = build_logger_with_context(&s, add_context(), Box::new(stderr.clone()));
+        log_at(&logger, log::Level::Info, "1\nssh-ed25519 AAAA x");
+        assert!(
+            stderr.text().contains("cannot open log file"),
+            "{}",
+            stderr.text()
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep\n");
     }
 
     #[test]
@@ -686,6 +802,7 @@ mod tests {
         let settings = LogSettings {
             level: LevelFilter::Info,
             file: Some(path.clone()),
+            confined: None,
         };
         let stderr = SharedBuf::default();
         let logger = build_logger_with_context(&settings, add_context(), Box::new(stderr.clone()));
@@ -712,6 +829,7 @@ mod tests {
         let settings = LogSettings {
             level: LevelFilter::Warn,
             file: Some(PathBuf::from("/nonexistent-dir/x/plugin.log")),
+            confined: None,
         };
         let stderr = SharedBuf::default();
         let logger = build_logger(&settings, Box::new(stderr.clone()));

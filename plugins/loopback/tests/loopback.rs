@@ -419,11 +419,17 @@ fn logs_go_to_stderr_and_the_log_file_never_to_stdout() {
     assert!(logged.contains("set lo up in"), "{logged}");
     // The file can come from the config instead; the default level is warn.
     let config = json!({"cniVersion":"1.0.0","name":"n","type":"loopback","logFile": log_path, "logLevel": "info"});
-    let out = plugin(
-        "CHECK",
-        "/run/netns/lo-test-does-not-exist",
-        &serde_json::to_vec(&config).unwrap(),
-    );
+    // A configured file is opened only in an allowed log folder: a node
+    // policy of the test's allows its folder.
+    let policy = dir.path().join("policy.json");
+    let allow = json!({"allow": {"logs": [dir.path()]}});
+    std::fs::write(&policy, serde_json::to_vec(&allow).unwrap()).unwrap();
+    // Not writable by others whatever the umask, or it is refused.
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let policy = policy.display().to_string();
+    let mut env = cni_env("CHECK", "/run/netns/lo-test-does-not-exist");
+    env.push((libcni::confine::POLICY_ENV, &policy));
+    let out = run(PLUGIN, &[], &env, &serde_json::to_vec(&config).unwrap());
     assert_eq!(out.code, 1);
     let logged = std::fs::read_to_string(&log_file).unwrap();
     assert!(

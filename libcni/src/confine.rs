@@ -1,0 +1,480 @@
+//! Where a network configuration may point the plugins at host files.
+//!
+//! With Multus a namespace user writes the whole configuration, so a key
+//! naming a host path the plugin writes, deletes, chmods, or reads and
+//! sends elsewhere would make that user root on the node. Such a key is
+//! accepted only inside its place's default folders ([`Place::defaults`])
+//! or inside folders the node's administrator allows in a node-local
+//! policy file ([`POLICY_PATH`], format in [`Policy`]; docs/security.md).
+//!
+//! The check is lexical first (absolute, no `.` or `..`, under an allowed
+//! folder), then every open resolves the rest of the path beneath the
+//! allowed folder without following any symbolic link: `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or, on kernels before 5.6
+//! (`ENOSYS`), one `O_NOFOLLOW` open per component. The allowed folder's
+//! own path is the administrator's and may hold links (`/var/run`).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use serde::Deserialize;
+
+use crate::error::{CniError, ErrorCode, ToCniError};
+
+/// The node's policy file: root-owned, not writable by group or others.
+pub const POLICY_PATH: &str = "/etc/cni/cni-rs-policy.json";
+/// Another policy file, set in the runtime's environment (the
+/// administrator's, never the network configuration's): tests use it.
+pub const POLICY_ENV: &str = "CNI_RS_POLICY_FILE";
+/// A policy file is a few lines.
+const POLICY_CAP: u64 = 64 * 1024;
+
+/// What a key's path is for; each place has its default folders and its
+/// policy setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `logFile`.
+    Logs,
+    /// `runtimeConfig.CNIDeviceInfoFile`.
+    DeviceInfo,
+    /// State folders (`dataDir`, `stateDir`).
+    State,
+    /// Credential files sent elsewhere (`passwordFile`, `caFile`, ...).
+    Credentials,
+}
+
+impl Place {
+    /// The policy file's name for the place (`"allow": {"logs": [...]}`).
+    pub fn setting(self) -> &'static str {
+        match self {
+            Place::Logs => "logs",
+            Place::DeviceInfo => "deviceInfo",
+            Place::State => "state",
+            Place::Credentials => "credentials",
+        }
+    }
+
+    /// The folders allowed without a policy file.
+    pub fn defaults(self) -> &'static [&'static str] {
+        match self {
+            Place::Logs => &["/var/log/cni-rs"],
+            // Multus and the device plugins write here; /var/run is a link
+            // to /run on current systems, and either spelling is used.
+            Place::DeviceInfo => &[
+                "/var/run/k8s.cni.cncf.io/devinfo",
+                "/run/k8s.cni.cncf.io/devinfo",
+            ],
+            Place::State => &["/var/lib/cni", "/run/cni"],
+            Place::Credentials => &["/etc/cni/cluster-ipam"],
+        }
+    }
+}
+
+/// The policy file: `{"allow": {"logs": ["/srv/log"], "state": [...],
+/// "deviceInfo": [...], "credentials": [...]}}`. Every folder is absolute
+/// and free of `.` and `..`; unknown keys are errors (a misspelt setting
+/// must not silently allow nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub allow: Allow,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Allow {
+    #[serde(default)]
+    pub logs: Vec<PathBuf>,
+    #[serde(default, rename = "deviceInfo")]
+    pub device_info: Vec<PathBuf>,
+    #[serde(default)]
+    pub state: Vec<PathBuf>,
+    #[serde(default)]
+    pub credentials: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error(
+        "{key} {path:?} is outside the folders allowed for {setting} ({allowed}); \
+         the node's administrator can allow a folder with \"allow\": {{\"{setting}\": [\"/folder\"]}} in {policy}"
+    )]
+    Outside {
+        key: String,
+        path: PathBuf,
+        setting: &'static str,
+        allowed: String,
+        policy: String,
+    },
+    #[error("{key} {path:?} must be an absolute path without \".\" or \"..\" components")]
+    NotPlain { key: String, path: PathBuf },
+    #[error("policy file {path}: {reason}")]
+    Policy { path: String, reason: String },
+    #[error("{key} {path:?}: {source}")]
+    Io {
+        key: String,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl ToCniError for ConfineError {
+    fn to_cni_error(&self) -> CniError {
+        let code = match self {
+            ConfineError::Io { .. } => ErrorCode::Io,
+            _ => ErrorCode::InvalidNetworkConfig,
+        };
+        CniError::new(code, self.to_string())
+    }
+}
+
+/// The allowed folders of this node: defaults plus the policy file's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Places {
+    policy: Policy,
+    policy_path: String,
+}
+
+/// Defaults only, as with no policy file at [`POLICY_PATH`].
+impl Default for Places {
+    fn default() -> Self {
+        Places::with_policy(Policy::default(), POLICY_PATH)
+    }
+}
+
+impl Places {
+    /// The node's places: the policy file named by [`POLICY_ENV`] in the
+    /// environment, else [`POLICY_PATH`]; no file means defaults only.
+    pub fn node() -> Result<Places, ConfineError> {
+        let path = std::env::var_os(POLICY_ENV)
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| PathBuf::from(POLICY_PATH), PathBuf::from);
+        Places::load(&path)
+    }
+
+    /// The places of the policy file at `path`.
+    pub fn load(path: &Path) -> Result<Places, ConfineError> {
+        let shown = path.display().to_string();
+        let bad = |reason: String| ConfineError::Policy {
+            path: shown.clone(),
+            reason,
+        };
+        let bytes = match crate::config_file::read_bounded(
+            path,
+            POLICY_CAP,
+            crate::config_file::Symlinks::Refuse,
+        ) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Places {
+                    policy: Policy::default(),
+                    policy_path: shown,
+                })
+            }
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let meta = std::fs::symlink_metadata(path).map_err(|e| bad(e.to_string()))?;
+        // Whoever may write the policy may write anywhere as root.
+        if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+            return Err(bad(format!(
+                "must be owned by root and not writable by group or others \
+                 (owner {}, mode {:o})",
+                meta.uid(),
+                meta.mode() & 0o7777
+            )));
+        }
+        let policy = Policy::parse(&bytes).map_err(bad)?;
+        Ok(Places {
+            policy,
+            policy_path: shown,
+        })
+    }
+
+    /// Places with `policy` (tests, fuzzing).
+    pub fn with_policy(policy: Policy, policy_path: &str) -> Places {
+        Places {
+            policy,
+            policy_path: policy_path.to_string(),
+        }
+    }
+
+    /// The folders `place` allows, defaults first.
+    pub fn allowed(&self, place: Place) -> Vec<PathBuf> {
+        let extra = match place {
+            Place::Logs => &self.policy.allow.logs,
+            Place::DeviceInfo => &self.policy.allow.device_info,
+            Place::State => &self.policy.allow.state,
+            Place::Credentials => &self.policy.allow.credentials,
+        };
+        place
+            .defaults()
+            .iter()
+            .map(PathBuf::from)
+            .chain(extra.iter().cloned())
+            .collect()
+    }
+
+    /// `path`, named by configuration key `key`, if it is inside one of
+    /// `place`'s folders (not the folder itself).
+    pub fn confine(&self, key: &str, place: Place, path: &Path) -> Result<Confined, ConfineError> {
+        if !is_plain_absolute(path) {
+            return Err(ConfineError::NotPlain {
+                key: key.to_string(),
+                path: path.to_path_buf(),
+            });
+        }
+        let allowed = self.allowed(place);
+        for base in &allowed {
+            if let Ok(rel) = path.strip_prefix(base) {
+                if rel.as_os_str().is_empty() {
+                    continue;
+                }
+                return Ok(Confined {
+                    key: key.to_string(),
+                    base: base.clone(),
+                    rel: rel.to_path_buf(),
+                });
+            }
+        }
+        Err(ConfineError::Outside {
+            key: key.to_string(),
+            path: path.to_path_buf(),
+            setting: place.setting(),
+            allowed: allowed
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            policy: self.policy_path.clone(),
+        })
+    }
+}
+
+impl Policy {
+    /// Parses and checks a policy file's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Policy, String> {
+        let policy: Policy = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let allow = &policy.allow;
+        for folder in allow
+            .logs
+            .iter()
+            .chain(&allow.device_info)
+            .chain(&allow.state)
+            .chain(&allow.credentials)
+        {
+            if !is_plain_absolute(folder) || folder == Path::new("/") {
+                return Err(format!(
+                    "{folder:?} must be an absolute folder other than / without \".\" or \"..\""
+                ));
+            }
+        }
+        Ok(policy)
+    }
+}
+
+/// Absolute, and only normal components after the root.
+fn is_plain_absolute(path: &Path) -> bool {
+    let mut components = path.components();
+    components.next() == Some(Component::RootDir)
+        && components.all(|c| matches!(c, Component::Normal(_)))
+        && !path.as_os_str().as_encoded_bytes().contains(&0)
+}
+
+/// A path found inside an allowed folder: every operation resolves
+/// [`Confined::relative`] beneath the folder without following links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confined {
+    key: String,
+    base: PathBuf,
+    rel: PathBuf,
+}
+
+impl Confined {
+    /// The whole path, as configured.
+    pub fn path(&self) -> PathBuf {
+        self.base.join(&self.rel)
+    }
+
+    /// The allowed folder it is in.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// The part beneath the allowed folder.
+    pub fn relative(&self) -> &Path {
+        &self.rel
+    }
+
+    fn io_error(&self, source: io::Error) -> ConfineError {
+        ConfineError::Io {
+            key: self.key.clone(),
+            path: self.path(),
+            source,
+        }
+    }
+
+    /// Opens the file with `flags` (`O_CREAT` creates it with `mode`);
+    /// with `create_parents`, missing folders between the allowed folder
+    /// (created too) and the file are made with `dir_mode`.
+    pub fn open(
+        &self,
+        flags: OFlags,
+        mode: u32,
+        create_parents: Option<u32>,
+    ) -> Result<File, ConfineError> {
+        (|| {
+            let base = open_base(&self.base, create_parents)?;
+            if let Some(dir_mode) = create_parents {
+                make_parents(&base, &self.rel, dir_mode)?;
+            }
+            open_beneath(&base, &self.rel, flags, Mode::from_raw_mode(mode)).map(File::from)
+        })()
+        .map_err(|e| self.io_error(e))
+    }
+
+    /// The folder holding the file, opened beneath the allowed folder,
+    /// and the file's name in it: for `*at` calls (atomic replacement,
+    /// removal) that must not follow links either.
+    pub fn parent(&self) -> Result<(OwnedFd, &OsStr), ConfineError> {
+        (|| {
+            let base = open_base(&self.base, None)?;
+            let name = self
+                .rel
+                .file_name()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let parent = match self.rel.parent() {
+                Some(p) if !p.as_os_str().is_empty() => open_beneath(
+                    &base,
+                    p,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?,
+                _ => base,
+            };
+            Ok((parent, name))
+        })()
+        .map_err(|e| self.io_error(e))
+    }
+
+    /// Removes the file (not a folder); one already gone is fine.
+    pub fn remove(&self) -> Result<(), ConfineError> {
+        let (parent, name) = match self.parent() {
+            Ok(found) => found,
+            Err(ConfineError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::unlinkat(&parent, name, rustix::fs::AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(self.io_error(e.into())),
+        }
+    }
+}
+
+/// The allowed folder, opened as a path (made first when `create` says
+/// with which mode).
+fn open_base(base: &Path, create: Option<u32>) -> io::Result<OwnedFd> {
+    if let Some(mode) = create {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(base)?;
+    }
+    Ok(rustix::fs::open(
+        base,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// Makes the missing folders of `rel`'s parent beneath `base`, refusing
+/// links.
+fn make_parents(base: &OwnedFd, rel: &Path, mode: u32) -> io::Result<()> {
+    let Some(parent) = rel.parent() else {
+        return Ok(());
+    };
+    let mut dir = base.as_fd().try_clone_to_owned()?;
+    for component in parent.components() {
+        match rustix::fs::mkdirat(&dir, component.as_os_str(), Mode::from_raw_mode(mode)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        dir = rustix::fs::openat(
+            &dir,
+            component.as_os_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests take the per-component walk, as on kernels without openat2.
+    static FORCE_WALK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn openat2_missing() -> bool {
+    #[cfg(test)]
+    if FORCE_WALK.with(std::cell::Cell::get) {
+        return true;
+    }
+    false
+}
+
+/// Opens `rel` beneath `base` without following any symbolic link and
+/// without leaving `base`.
+fn open_beneath(base: &OwnedFd, rel: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::CLOEXEC;
+    if !openat2_missing() {
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(base, rel, flags, mode, resolve) {
+            Err(rustix::io::Errno::NOSYS) => {}
+            other => return Ok(other?),
+        }
+    }
+    walk_beneath(base, rel, flags, mode)
+}
+
+/// The fallback of [`open_beneath`]: every component opened with
+/// `O_NOFOLLOW` (the lexical check already refused `..`).
+fn walk_beneath(base: &OwnedFd, rel: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let components: Vec<_> = rel.components().collect();
+    let Some((last, folders)) = components.split_last() else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    let mut dir = base.as_fd().try_clone_to_owned()?;
+    for folder in folders {
+        let Component::Normal(name) = folder else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        dir = rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+    }
+    let Component::Normal(name) = last else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    Ok(rustix::fs::openat(
+        &dir,
+        *name,
+        flags | OFlags::NOFOLLOW,
+        mode,
+    )?)
+}
+
+#[cfg(test)]
+mod tests;
