@@ -55,7 +55,13 @@ pub const DEFAULT_BLOCK_SIZE6: u8 = 122;
 /// Longest wait for etcd in one call unless `etcd.timeoutMs` says
 /// otherwise: under the runtimes' own CNI deadlines, long enough for a
 /// leader election.
-pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_millis(5000);
+/// The most `etcd.timeoutMs` may say. A call's etcd work, a block claim
+/// included, holds the node's store lock for the network, so this also
+/// bounds how long another ADD on the node waits behind it: 30 s is
+/// longer than any election etcd needs and within the runtimes' own CNI
+/// deadlines (kubelet's is 4 minutes for the whole sandbox).
+pub const MAX_ETCD_TIMEOUT_MS: u64 = 30_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -96,8 +102,8 @@ pub enum ConfigError {
     },
     #[error("invalid ipam.exclude entry {0:?}: expected an address or a CIDR")]
     BadExclude(String),
-    #[error("ipam.etcd.timeoutMs must be above 0")]
-    ZeroTimeout,
+    #[error("invalid ipam.etcd.timeoutMs {0}: must be an integer from 1 to {MAX_ETCD_TIMEOUT_MS} (milliseconds)")]
+    BadTimeout(String),
     #[error("cannot find the host name for the default nodeName ({0}); set ipam.nodeName")]
     NoHostname(String),
 }
@@ -230,8 +236,10 @@ struct EtcdKeys {
     password_file: Option<String>,
     #[serde(default)]
     prefix: Option<String>,
+    /// Any JSON, checked by [`etcd_timeout`] so that every bad value
+    /// (2^63, -1, 1.5, "5000") gets the message with the range.
     #[serde(default)]
-    timeout_ms: Option<u64>,
+    timeout_ms: Option<Value>,
 }
 
 impl ClusterKeys {
@@ -248,6 +256,25 @@ fn non_empty(value: Option<String>) -> Option<String> {
 
 fn path(value: Option<String>) -> Option<PathBuf> {
     non_empty(value).map(PathBuf::from)
+}
+
+/// `etcd.timeoutMs`: absent or `null` is the default; otherwise an integer
+/// within 1..=[`MAX_ETCD_TIMEOUT_MS`].
+fn etcd_timeout(value: Option<&Value>) -> Result<Duration, ConfigError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(DEFAULT_ETCD_TIMEOUT);
+    };
+    let ms = value
+        .as_u64()
+        .filter(|ms| (1..=MAX_ETCD_TIMEOUT_MS).contains(ms));
+    ms.map(Duration::from_millis).ok_or_else(|| {
+        let shown = match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(_) => "(a string)".to_string(),
+            _ => "(not a number)".to_string(),
+        };
+        ConfigError::BadTimeout(shown)
+    })
 }
 
 fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
@@ -289,11 +316,7 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
         username: non_empty(keys.username),
         password_file: path(keys.password_file),
         prefix: non_empty(keys.prefix).unwrap_or_else(|| keys::DEFAULT_PREFIX.to_string()),
-        timeout: match keys.timeout_ms {
-            Some(0) => return Err(ConfigError::ZeroTimeout),
-            Some(ms) => Duration::from_millis(ms),
-            None => DEFAULT_ETCD_TIMEOUT,
-        },
+        timeout: etcd_timeout(keys.timeout_ms.as_ref())?,
     };
     keys::check_prefix(&config.prefix)?;
     // Keys that only work together, each way round.

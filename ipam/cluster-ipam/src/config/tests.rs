@@ -88,9 +88,38 @@ fn etcd_keys_are_checked() {
             .contains("username")
     );
     assert!(err(json!({"etcd": {"endpoints": ["http://h:1"], "prefix": "x"}})).contains("prefix"));
-    assert!(
-        err(json!({"etcd": {"endpoints": ["http://h:1"], "timeoutMs": 0}})).contains("timeoutMs")
-    );
+    // The 2^63 held the store lock for ever against a refusing
+    // endpoint; every value outside the range is refused with it.
+    for (value, shown) in [
+        (json!(0), "0"),
+        (json!(9_223_372_036_854_775_808u64), "9223372036854775808"),
+        (json!(30_001), "30001"),
+        (json!(-1), "-1"),
+        (json!(1.5), "1.5"),
+        (json!(1e3), "1000.0"),
+        (json!("5000"), "(a string)"),
+        (json!([5000]), "(not a number)"),
+    ] {
+        assert_eq!(
+            err(json!({"etcd": {"endpoints": ["http://h:1"], "timeoutMs": value}})),
+            format!(
+                "invalid ipam.etcd.timeoutMs {shown}: must be an integer from 1 to 30000 (milliseconds)"
+            ),
+            "{value}"
+        );
+    }
+    for (value, expected) in [
+        (json!(1), Duration::from_millis(1)),
+        (json!(30_000), Duration::from_secs(30)),
+        (json!(null), DEFAULT_ETCD_TIMEOUT),
+    ] {
+        let c = AddConfig::from_value(
+            &conf(json!({"etcd": {"endpoints": ["http://h:1"], "timeoutMs": value}})),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.cluster.etcd.timeout, expected, "{value}");
+    }
     let ok = AddConfig::from_value(
         &conf(json!({"etcd": {"endpoints": ["https://[::1]:2379/"], "caFile": "/ca", "certFile": "/c", "keyFile": "/k",
                                "username": "u", "passwordFile": "/p", "prefix": "/a/b", "timeoutMs": 250}})),
