@@ -699,3 +699,18 @@ fn master_names_are_checked_before_the_kernel() {
         fx.assert_nothing_left();
     }
 }
+
+/// `"routes": [null]` in host-local's `ipam`: the reference's macvlan
+/// crashes on it (nil pointer); ours answers with an error JSON and makes
+/// nothing.
+#[test]
+fn a_null_route_in_the_ipam_is_an_error_not_a_crash() {
+    let fx = rig("mv-nullrt", false).with_ipam_routes(json!([null]));
+    let out = fx.run("ADD", &fx.conf(json!({})));
+    assert_eq!(out.error_code(), 7, "{}", out.stderr);
+    assert_eq!(
+        out.msg(),
+        "invalid network config: ipam.routes[0]: invalid type: null, expected struct Route"
+    );
+    fx.assert_nothing_left();
+}
