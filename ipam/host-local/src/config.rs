@@ -43,6 +43,11 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 /// says otherwise. Operations hold it for well under a millisecond; ten
 /// seconds only runs out when a holder is stuck.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most `lockTimeoutMs` may say: 5 minutes, past any holder that is
+/// not stuck (cluster-ipam's block claim, the longest, is bounded by its
+/// `etcd.timeoutMs` of at most 30 s) and within the runtimes' own CNI
+/// deadlines. Without a bound, 2^63 waited on a stuck holder for ever.
+pub const MAX_LOCK_TIMEOUT_MS: u64 = 300_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -74,6 +79,8 @@ pub enum ConfigError {
     TooManyPerFamily(String),
     #[error("range set {0} overlaps with {1}")]
     RangeSetsOverlap(usize, usize),
+    #[error("invalid ipam.lockTimeoutMs {0}: must be an integer from 1 to {MAX_LOCK_TIMEOUT_MS} (milliseconds)")]
+    BadLockTimeout(String),
 }
 
 /// Where the leases of a network live: all DEL and GC need, so they work
@@ -125,8 +132,10 @@ struct IpamKeys {
     resolv_conf: Option<String>,
     #[serde(default)]
     ranges: Option<Vec<Vec<RangeSpec>>>,
+    /// Any JSON, checked by [`lock_timeout`] so that every bad value gets
+    /// the message with the range.
     #[serde(default)]
-    lock_timeout_ms: Option<u64>,
+    lock_timeout_ms: Option<Value>,
     #[serde(flatten)]
     legacy_range: RangeSpec,
 }
@@ -192,10 +201,27 @@ fn store_config(
     Ok(StoreConfig {
         network,
         data_dir,
-        lock_timeout: ipam
-            .lock_timeout_ms
-            .map_or(DEFAULT_LOCK_TIMEOUT, Duration::from_millis),
+        lock_timeout: lock_timeout(ipam.lock_timeout_ms.as_ref())?,
         range_sets,
+    })
+}
+
+/// `lockTimeoutMs`: absent or `null` is the default; otherwise an integer
+/// within 1..=[`MAX_LOCK_TIMEOUT_MS`].
+fn lock_timeout(value: Option<&Value>) -> Result<Duration, ConfigError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(DEFAULT_LOCK_TIMEOUT);
+    };
+    let ms = value
+        .as_u64()
+        .filter(|ms| (1..=MAX_LOCK_TIMEOUT_MS).contains(ms));
+    ms.map(Duration::from_millis).ok_or_else(|| {
+        let shown = match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(_) => "(a string)".to_string(),
+            _ => "(not a number)".to_string(),
+        };
+        ConfigError::BadLockTimeout(shown)
     })
 }
 

@@ -57,6 +57,32 @@ fn a_lock_held_elsewhere_times_out_with_code_11() {
     assert_eq!(leases(data, "locked").len(), 2);
 }
 
+/// A lock wait beyond its range (2^63 waited on a stuck holder for ever)
+/// is refused with code 7 by every verb, before the store is touched.
+#[test]
+fn a_lock_timeout_outside_its_range_is_code_7() {
+    let netns = TestNetns::new("flt");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path();
+    let mut c = conf(
+        "1.1.0",
+        "lockrange",
+        data,
+        json!([[{"subnet": "10.51.0.0/24"}]]),
+    );
+    c["ipam"]["lockTimeoutMs"] = json!(9_223_372_036_854_775_808u64);
+    for command in ["ADD", "DEL", "CHECK"] {
+        let (code, msg) = Call::new(OURS, command, "a", &netns.path()).run(&c).err();
+        assert_eq!(code, 7, "{command}: {msg}");
+        assert_eq!(
+            msg,
+            "invalid ipam.lockTimeoutMs 9223372036854775808: must be an integer from 1 to 300000 (milliseconds)",
+            "{command}"
+        );
+    }
+    assert!(!store_dir(data, "lockrange").exists());
+}
+
 /// Runs `script` with `sh` in a private mount namespace; `$1` is `dir`,
 /// `$2` our binary, `$3` a file holding the configuration; the CNI
 /// variables are in the environment.

@@ -381,3 +381,39 @@ fn store_config_ignores_invalid_ranges_and_cni_args() {
         Err(ConfigError::MissingIpam)
     ));
 }
+
+#[test]
+fn lock_timeout_has_a_range() {
+    let with = |value: Value| {
+        json!({"cniVersion": "1.0.0", "name": "n1", "ipam": {"type": "host-local",
+            "subnet": "10.0.0.0/24", "lockTimeoutMs": value}})
+    };
+    // 2^63 waited on a stuck holder for ever.
+    for (value, shown) in [
+        (json!(0), "0"),
+        (json!(300_001), "300001"),
+        (json!(9_223_372_036_854_775_808u64), "9223372036854775808"),
+        (json!(-1), "-1"),
+        (json!(2.5), "2.5"),
+        (json!("250"), "(a string)"),
+    ] {
+        let e = load(with(value.clone()), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid ipam.lockTimeoutMs {shown}: must be an integer from 1 to 300000 (milliseconds)"
+            ),
+            "{value}"
+        );
+        // DEL and GC locate the store with the same check.
+        assert!(StoreConfig::from_value(&with(value)).is_err());
+    }
+    for (value, expected) in [
+        (json!(1), Duration::from_millis(1)),
+        (json!(300_000), Duration::from_secs(300)),
+        (json!(null), DEFAULT_LOCK_TIMEOUT),
+    ] {
+        let c = load(with(value.clone()), None).unwrap();
+        assert_eq!(c.store.lock_timeout, expected, "{value}");
+    }
+}
