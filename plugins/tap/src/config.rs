@@ -4,7 +4,7 @@
 //! | key | default | meaning |
 //! |---|---|---|
 //! | `multiQueue` | false | a multi-queue tap (`IFF_MULTI_QUEUE`) |
-//! | `mtu` | 0: the kernel's | the tap's MTU |
+//! | `mtu` | 0: the kernel's | the tap's MTU, 68 to 65521 |
 //! | `mac` | the kernel's pick | the tap's MAC |
 //! | `owner` | none | the user allowed to attach to the tap (`TUNSETOWNER`) |
 //! | `group` | none | the group allowed to attach (`TUNSETGROUP`) |
@@ -48,6 +48,11 @@ const SHAPE: Shape = Shape::Object(&[
 /// `CNI_ARGS` keys the plugin reads.
 pub const CNI_ARGS_KEYS: [&str; 1] = MAC_CNI_ARGS;
 
+/// The MTUs the kernel takes for a tap (measured with `ip link set`):
+/// Ethernet's minimum, and 65535 less the 14-byte Ethernet header.
+pub const MIN_MTU: i64 = 68;
+pub const MAX_MTU: i64 = 65521;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("failed to load netconf: {0}")]
@@ -56,7 +61,7 @@ pub enum ConfigError {
     Mac(#[from] InvalidMac),
     #[error(transparent)]
     Args(#[from] ArgsError),
-    #[error("invalid MTU {0}: must be 0 (the kernel's default) or a positive number of bytes")]
+    #[error("invalid mtu {0}: must be 0 (the kernel's default) or from {MIN_MTU} to {MAX_MTU}")]
     InvalidMtu(i64),
     #[error(transparent)]
     ResultNotExpressible(#[from] Layer2ResultError),
@@ -130,7 +135,8 @@ impl TapConf {
         }
         let mtu = match keys.mtu.unwrap_or(0) {
             0 => None,
-            mtu => Some(u32::try_from(mtu).map_err(|_| ConfigError::InvalidMtu(mtu))?),
+            mtu if (MIN_MTU..=MAX_MTU).contains(&mtu) => u32::try_from(mtu).ok(),
+            mtu => return Err(ConfigError::InvalidMtu(mtu)),
         };
         Ok(TapConf {
             version: conf.cni_version,
@@ -229,10 +235,31 @@ mod tests {
             value[key] = v;
             value
         };
-        assert_eq!(
-            code(with("mtu", json!(-1)), ""),
-            ErrorCode::InvalidNetworkConfig
-        );
+        for (mtu, message) in [
+            (
+                -1,
+                "invalid mtu -1: must be 0 (the kernel's default) or from 68 to 65521",
+            ),
+            (
+                67,
+                "invalid mtu 67: must be 0 (the kernel's default) or from 68 to 65521",
+            ),
+            (
+                65522,
+                "invalid mtu 65522: must be 0 (the kernel's default) or from 68 to 65521",
+            ),
+            (
+                1i64 << 40,
+                "invalid mtu 1099511627776: must be 0 (the kernel's default) or from 68 to 65521",
+            ),
+        ] {
+            let error = parse(with("mtu", json!(mtu)), "").unwrap_err();
+            assert_eq!(error.to_string(), message);
+            assert_eq!(error.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        }
+        for mtu in [68, 65521] {
+            assert_eq!(parse(with("mtu", json!(mtu)), "").unwrap().mtu, Some(mtu));
+        }
         assert_eq!(
             code(with("mtu", json!("9000")), ""),
             ErrorCode::InvalidNetworkConfig

@@ -397,13 +397,13 @@ fn a_failed_add_leaves_nothing() {
     assert!(out.stdout.contains("failed to add route"), "{}", out.stdout);
     f.assert_pod_links(&[]);
     assert!(f.leases().is_empty());
-    // An MTU the tap cannot take.
+    // An MTU the tap cannot take: refused with the configuration now,
+    // before the tap is made (the kernel refused it after, with 999).
     let out = f.call("ADD", &f.l2_conf("1.0.0", json!({"mtu": 70000})));
-    assert_eq!(out.error_code(), 999, "{}", out.stdout);
-    assert!(
-        out.stdout.contains("failed to set the tap's MTU"),
-        "{}",
-        out.stdout
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert_eq!(
+        out.msg(),
+        "invalid mtu 70000: must be 0 (the kernel's default) or from 68 to 65521"
     );
     f.assert_pod_links(&[]);
 }
@@ -516,6 +516,8 @@ fn configuration_errors_change_nothing() {
     let f = Fixture::new("tap-bad");
     for (extra, code) in [
         (json!({"mtu": -1}), 7),
+        (json!({"mtu": 67}), 7),
+        (json!({"mtu": 65522}), 7),
         (json!({"owner": -1}), 7),
         (json!({"multiQueue": "yes"}), 7),
         (json!({"mac": "01:00:5e:00:00:01"}), 7),
