@@ -31,6 +31,19 @@ pub const POLICY_PATH: &str = "/etc/cni/cni-rs-policy.json";
 /// Another policy file, set in the runtime's environment (the
 /// administrator's, never the network configuration's): tests use it.
 pub const POLICY_ENV: &str = "CNI_RS_POLICY_FILE";
+/// Set by [`override_policy_file`].
+static POLICY_OVERRIDE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// For tests that run a plugin inside their own process (no environment
+/// of its own): [`Places::node`] reads `path` from now on. Nothing a
+/// network configuration sets reaches this.
+#[doc(hidden)]
+pub fn override_policy_file(path: &Path) {
+    if let Ok(mut slot) = POLICY_OVERRIDE.lock() {
+        *slot = Some(path.to_path_buf());
+    }
+}
+
 /// A policy file is a few lines.
 const POLICY_CAP: u64 = 64 * 1024;
 
@@ -152,9 +165,11 @@ impl Places {
     /// The node's places: the policy file named by [`POLICY_ENV`] in the
     /// environment, else [`POLICY_PATH`]; no file means defaults only.
     pub fn node() -> Result<Places, ConfineError> {
-        let path = std::env::var_os(POLICY_ENV)
-            .filter(|p| !p.is_empty())
-            .map_or_else(|| PathBuf::from(POLICY_PATH), PathBuf::from);
+        let overridden = POLICY_OVERRIDE.lock().ok().and_then(|p| p.clone());
+        let path = overridden
+            .or_else(|| std::env::var_os(POLICY_ENV).map(PathBuf::from))
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from(POLICY_PATH));
         Places::load(&path)
     }
 
@@ -342,8 +357,21 @@ impl Confined {
     /// and the file's name in it: for `*at` calls (atomic replacement,
     /// removal) that must not follow links either.
     pub fn parent(&self) -> Result<(OwnedFd, &OsStr), ConfineError> {
+        self.parent_with(None)
+    }
+
+    /// As [`Confined::parent`], making missing folders (the allowed one
+    /// included) with `dir_mode` first.
+    pub fn parent_creating(&self, dir_mode: u32) -> Result<(OwnedFd, &OsStr), ConfineError> {
+        self.parent_with(Some(dir_mode))
+    }
+
+    fn parent_with(&self, create: Option<u32>) -> Result<(OwnedFd, &OsStr), ConfineError> {
         (|| {
-            let base = open_base(&self.base, None)?;
+            let base = open_base(&self.base, create)?;
+            if let Some(dir_mode) = create {
+                make_parents(&base, &self.rel, dir_mode)?;
+            }
             let name = self
                 .rel
                 .file_name()
@@ -376,6 +404,16 @@ impl Confined {
             Err(e) => Err(self.io_error(e.into())),
         }
     }
+}
+
+/// A number another process cannot guess, for temporary names: a file
+/// made with `O_EXCL` under it cannot have been planted in advance.
+pub fn unpredictable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // std seeds RandomState from the OS's random source.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// The allowed folder, opened as a path (made first when `create` says

@@ -148,7 +148,8 @@ impl ToCniError for HostDeviceError {
                 LookupError::Sysfs(_) => ErrorCode::Io,
                 LookupError::Netlink(_) => ErrorCode::Internal,
             },
-            HostDeviceError::State(_) | HostDeviceError::DeviceInfo(_) => ErrorCode::Io,
+            HostDeviceError::DeviceInfo(e) => e.to_cni_error().code,
+            HostDeviceError::State(_) => ErrorCode::Io,
             HostDeviceError::IpamResult(ResultError::UnsupportedVersion(_))
             | HostDeviceError::PrevResult(ResultError::UnsupportedVersion(_)) => {
                 ErrorCode::IncompatibleVersion

@@ -188,6 +188,9 @@ impl Scene {
             });
         }
         let plugin = HostDevice::new(Sysfs::new(sysfs.path()), rdma.clone(), PluginEnv::new());
+        // The plugin runs in this process: the scratch policy allows the
+        // test's device-info folder.
+        libcni::confine::override_policy_file(conformance::testnet::scratch_policy());
         Scene {
             host,
             pod,

@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::thread;
 use std::time::Duration;
 
-use libcni::device_info::{self, PciDeviceInfo};
+use libcni::device_info::{self, PciDeviceInfo, Written};
 use libcni::iface;
 use libcni::netlink::rdma::RdmaNetnsMode;
 use libcni::netlink::{LinkInfo, RouteSocket};
@@ -352,16 +352,18 @@ fn setup(
     }
 
     // What the pod got, for the runtime to publish; IPAM has no part in it.
+    // Recorded only when created: DEL removes no file it did not make.
     if let Some(path) = &conf.device_info_file {
-        state.device_info_file = Some(path.clone());
-        ctx.store.save(state)?;
         let info = PciDeviceInfo {
             pci_address: vf.pci.clone(),
             pf_pci_address: Some(vf.pf_pci.clone()),
             rdma_device: state.rdma.as_ref().map(|r| r.device.clone()),
             ..PciDeviceInfo::default()
         };
-        device_info::write_pci(path, &info)?;
+        if device_info::write_pci(path, &info)? == Written::Created {
+            state.device_info_file = Some(path.clone());
+            ctx.store.save(state)?;
+        }
         log::info!("device-info written to {}", path.display());
     }
 

@@ -5,10 +5,10 @@
 //! every failure with its own code. Without a record nothing of ours is
 //! left, but the address may be (an ADD that died before its record was
 //! written, or a second DEL), so IPAM DEL still runs. The device-info file
-//! the runtime names (`runtimeConfig.CNIDeviceInfoFile`) goes in any case:
-//! its name is unique to the attachment.
+//! goes only when the record says our ADD created it ([`crate::teardown`]):
+//! the path in the configuration (`runtimeConfig.CNIDeviceInfoFile`) is a
+//! namespace user's to choose, and DEL deletes nothing it did not make.
 
-use libcni::device_info;
 use libcni::skel::CmdArgs;
 
 use crate::config::Locations;
@@ -18,14 +18,7 @@ use crate::teardown::{teardown, IpamRelease};
 
 pub(crate) fn del(plugin: &RdmaSriov, args: &CmdArgs) -> Result<(), PluginError> {
     let locations = Locations::from_conf(&args.conf);
-    // Removed first and reported last: the attachment's own failure, if
-    // any, says more (and its record keeps the file for the next DEL).
-    let device_info = match &locations.device_info_file {
-        Some(path) => device_info::remove(path),
-        None => Ok(()),
-    };
-    del_attachment(plugin, args, locations)?;
-    Ok(device_info?)
+    del_attachment(plugin, args, locations)
 }
 
 fn del_attachment(

@@ -162,7 +162,7 @@ impl ToCniError for PluginError {
                 | AllocError::AlreadyAllocated { .. }
                 | AllocError::Record { .. },
             ) => ErrorCode::Internal,
-            PluginError::DeviceInfo(_) => ErrorCode::Io,
+            PluginError::DeviceInfo(e) => e.to_cni_error().code,
             PluginError::SharedMode
             | PluginError::NoFreeVf { .. }
             | PluginError::Unavailable(_) => ErrorCode::NotAvailable,

@@ -955,8 +955,9 @@ fn device_info_file_is_written_checked_and_removed() {
     rig.del("c1", &ns_path(&pod), "net1", &conf).assert_ok();
     assert!(!path.exists());
     // A file the runtime pre-filled from the device plugin's is updated,
-    // keeping what the plugin does not know; DEL without a record (a
-    // second DEL) still removes the runtime's file.
+    // keeping what the plugin does not know; it is the runtime's, so DEL
+    // leaves it, as DEL without a record (a second DEL) leaves any file
+    // (issue 28: a DEL deleted whatever path the configuration named).
     std::fs::write(
         &path,
         json!({"type": "pci", "version": "1.1.0",
@@ -969,10 +970,12 @@ fn device_info_file_is_written_checked_and_removed() {
     assert_eq!(written["pci"]["vhost-net"], "/dev/vhost-net");
     assert_eq!(written["pci"]["rdma-device"], "mlx5_0");
     rig.del("c1", &ns_path(&pod), "net1", &conf).assert_ok();
-    assert!(!path.exists());
+    let kept: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(kept, written, "the runtime's file stays as ADD left it");
     std::fs::write(&path, "{}").unwrap();
     rig.del("c1", "", "net1", &conf).assert_ok();
-    assert!(!path.exists());
+    assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+    std::fs::remove_file(&path).unwrap();
 
     // A failed ADD takes it back with everything else: IPAM fails after
     // the file is written.
@@ -1060,6 +1063,11 @@ fn example_conflist_runs_through_libcni_with_the_device_id_capability() {
     let env: PluginEnv = [
         ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
         ("RDMA_SRIOV_FAKE_PF_OPS", rig.world.display().to_string()),
+        // The node's policy allows the scratch folder for device-info.
+        (
+            libcni::confine::POLICY_ENV,
+            conformance::testnet::scratch_policy().display().to_string(),
+        ),
     ]
     .into_iter()
     .collect();
