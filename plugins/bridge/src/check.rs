@@ -24,7 +24,7 @@ use netlink_packet_route::link::LinkFlags;
 
 use crate::add::open_netns;
 use crate::bridge_link::{self, is_bridge};
-use crate::config::BridgeConf;
+use crate::config::{BridgeConf, ConfigError};
 use crate::error::BridgeError;
 
 const VETH_KIND: &str = "veth";
@@ -128,11 +128,16 @@ fn check_host_veth(
     bridge: &LinkInfo,
     container: &LinkInfo,
 ) -> Result<(), BridgeError> {
-    for entry in prev
+    for (index, entry) in prev
         .interfaces
         .iter()
-        .filter(|i| i.name != conf.bridge && i.sandbox.is_empty())
+        .enumerate()
+        .filter(|(_, i)| i.name != conf.bridge && i.sandbox.is_empty())
     {
+        // A name from the runtime, looked up in the host: checked as the
+        // configuration's link names are.
+        let key = format!("prevResult.interfaces[{index}].name");
+        libcni::link_name::check_key(&key, &entry.name).map_err(ConfigError::from)?;
         let Some(link) = host.link_by_name(&entry.name)? else {
             return Err(failed(format!("Interface name {} not found", entry.name)));
         };

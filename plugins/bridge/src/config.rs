@@ -66,7 +66,7 @@ pub enum ConfigError {
     )]
     InvalidMtu(i64),
     #[error(transparent)]
-    InvalidBridgeName(#[from] libcni::link_name::InvalidLinkName),
+    LinkName(#[from] libcni::link_name::InvalidLinkName),
     #[error("the VLAN gateway interface name {0:?} is longer than {MAX_IFNAME_BYTES} bytes; use a shorter bridge name")]
     VlanGatewayNameTooLong(String),
     #[error("ipMasqBackend: unknown ipmasq backend {0:?} (must be \"iptables\" or \"nftables\")")]
@@ -97,7 +97,7 @@ impl ToCniError for ConfigError {
             | ConfigError::InvalidVlan(_)
             | ConfigError::Trunk(_)
             | ConfigError::InvalidMtu(_)
-            | ConfigError::InvalidBridgeName(_)
+            | ConfigError::LinkName(_)
             | ConfigError::VlanGatewayNameTooLong(_)
             | ConfigError::InvalidMac { .. }
             | ConfigError::HairpinWithPromisc

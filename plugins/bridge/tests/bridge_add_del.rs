@@ -423,6 +423,17 @@ fn check_needs_a_prev_result_and_catches_drift() {
         out.stdout
     );
 
+    // A host interface name no link can have: refused before the lookup,
+    // naming where it came from.
+    for (name, message) in conformance::testnet::refused_link_names("prevResult.interfaces[1].name")
+    {
+        let mut bad = result.clone();
+        bad["interfaces"][1]["name"] = json!(name);
+        let out = fx.check(&with_prev_result(conf.clone(), &bad));
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+    }
+
     // The host veth is no longer a port of the bridge.
     let host_veth = result["interfaces"][1]["name"].as_str().unwrap();
     fx.host.ip(&["link", "set", host_veth, "nomaster"]);

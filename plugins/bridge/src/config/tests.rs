@@ -319,7 +319,7 @@ fn mtu_and_bridge_name_are_checked() {
     assert_eq!(parse(with(base(), json!({"mtu": 0}))).unwrap().mtu, None);
     for bad in ["a/b", "sixteen-bytes-xx", "a b", "..", "br\u{1b}0"] {
         let e = parse(with(base(), json!({"bridge": bad}))).unwrap_err();
-        assert!(matches!(e, ConfigError::InvalidBridgeName(_)), "{bad}: {e}");
+        assert!(matches!(e, ConfigError::LinkName(_)), "{bad}: {e}");
         assert!(e.to_string().starts_with("invalid bridge \""), "{e}");
     }
     let e = parse(with(
