@@ -46,7 +46,11 @@ run_suite() {
         return 0
     fi
     started=$(date +%s)
-    conformance suite "$dir" --only verbs,bad-input,del,gc --known-issues "$known" \
+    # The types this machine's kernel lacks (conformance/tests/qemu_suite.rs
+    # TYPES); host-local serves as their IPAM, its own scenarios run on the
+    # host.
+    conformance suite "$dir" --only verbs,bad-input,del,gc --types ipvlan,vlan,dummy,vrf \
+        --known-issues "$known" \
         >/tmp/suite-"$set".out 2>/tmp/suite-"$set".err
     status=$?
     sed "s/^/SUITE-$set /" /tmp/suite-"$set".out

@@ -93,6 +93,11 @@ struct SuiteArgs {
     /// Which groups of checks run (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Group>,
+    /// Which plugin types' own scenarios run (default: every type found);
+    /// the folder's other plugins still serve as IPAM delegates and in the
+    /// chain and example groups.
+    #[arg(long, value_delimiter = ',')]
+    types: Vec<String>,
     /// Known-issue list: `auto` uses the Debian reference list for
     /// /usr/lib/cni.
     #[arg(long, value_enum, default_value = "auto")]
@@ -247,6 +252,7 @@ fn run_suite(args: SuiteArgs) -> ExitCode {
         } else {
             args.only
         },
+        types: args.types,
         known_issues: args.known_issues,
         echo: true,
     };

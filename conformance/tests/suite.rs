@@ -154,6 +154,29 @@ fn everything_passes_against_our_plugins() {
             .stdout
             .contains(&format!("ok    {plugin}: 1.1.0 STATUS succeeds")));
     }
+    // The types whose scenarios the guest suite (qemu_suite.rs) no longer
+    // repeats run them in full here: DEL at every version and with the
+    // netns gone, and GC lease by lease where an IPAM lease is involved.
+    for plugin in [
+        "macvlan",
+        "host-device",
+        "static",
+        "tuning",
+        "sbr",
+        "host-local",
+    ] {
+        for version in conformance::testnet::ALL_VERSIONS {
+            let del = format!("ok    {plugin}: {version} DEL undoes ADD");
+            assert!(run.stdout.contains(&del), "missing: {del}");
+        }
+        let gone = format!("ok    {plugin}: DEL with the netns gone");
+        assert!(run.stdout.contains(&gone), "missing: {gone}");
+    }
+    for plugin in ["macvlan", "host-device", "host-local"] {
+        let gc =
+            format!("ok    {plugin}: GC with cni.dev/valid-attachments releases only stale leases");
+        assert!(run.stdout.contains(&gc), "missing: {gc}");
+    }
     // The chained plugins that start at a later spec version, from there.
     for (plugin, versions) in [
         ("bandwidth", &conformance::testnet::ALL_VERSIONS[2..]),

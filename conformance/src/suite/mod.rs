@@ -69,6 +69,10 @@ pub struct SuiteOptions {
     /// Configuration files to validate and run (conflist-examples/).
     pub examples: Option<PathBuf>,
     pub groups: Vec<Group>,
+    /// The plugin types whose own scenarios run (empty: every type found).
+    /// The other plugins of the folder still serve as delegates (IPAM) and
+    /// in the chain and example groups.
+    pub types: Vec<String>,
     pub known_issues: KnownIssues,
     /// Print each line as it is recorded.
     pub echo: bool,
@@ -103,7 +107,8 @@ pub fn run(opts: &SuiteOptions) -> Report {
     }
     let wants = |g: Group| opts.groups.contains(&g);
     let scenario_groups = [Group::Verbs, Group::BadInput, Group::Del, Group::Gc];
-    for plugin in &cat.plugins {
+    let wants_type = |name: &str| opts.types.is_empty() || opts.types.iter().any(|t| t == name);
+    for plugin in cat.plugins.iter().filter(|p| wants_type(&p.name)) {
         let Some(subject) = Subject::for_plugin(&plugin.name) else {
             continue;
         };
