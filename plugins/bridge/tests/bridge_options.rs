@@ -592,6 +592,28 @@ fn bad_configurations_are_refused_before_any_change() {
     assert!(!fx.data_path().join(NETWORK).exists(), "IPAM never ran");
 }
 
+/// `bridge` is checked as a link name before any kernel call, and
+/// `CNI_IFNAME` with control characters is refused (code 4) as the
+/// reference refuses whitespace in it: nothing made, IPAM never run.
+#[test]
+fn link_names_are_checked_before_any_change() {
+    let fx = Fixture::new("lnk");
+    for (bridge, message) in conformance::testnet::refused_link_names("bridge") {
+        let out = fx.add(&ipv4(&fx, "1.0.0", json!({"bridge": bridge})));
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+    }
+    let out = fx.run(
+        fx.call("ADD", &ipv4(&fx, "1.0.0", json!({})))
+            .var("CNI_IFNAME", "eth\u{1b}0"),
+    );
+    assert_eq!(out.error_code(), 4, "{}", out.stderr);
+    assert_eq!(out.msg(), "interface name contains control characters");
+    assert!(!fx.host_has_link(BRIDGE));
+    assert_nothing_left(&fx);
+    assert!(!fx.data_path().join(NETWORK).exists(), "IPAM never ran");
+}
+
 /// The spec: an interface of the requested name already in the container
 /// is an error. It is found before anything is created.
 #[test]
