@@ -353,6 +353,14 @@ impl Confined {
         .map_err(|e| self.io_error(e))
     }
 
+    /// The file's bytes, at most `cap` of them, refusing what is not a
+    /// regular file ([`crate::config_file::read_bounded_file`]).
+    pub fn read_bounded(&self, cap: u64) -> Result<Vec<u8>, ConfineError> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let file = self.open(flags, 0, None)?;
+        crate::config_file::read_bounded_file(file, &self.path(), cap).map_err(|e| self.io_error(e))
+    }
+
     /// The folder holding the file, opened beneath the allowed folder,
     /// and the file's name in it: for `*at` calls (atomic replacement,
     /// removal) that must not follow links either.

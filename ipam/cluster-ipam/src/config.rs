@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use host_local::config::{ConfigError as RangeConfigError, IpamConfig, StoreConfig};
 use ipnetwork::IpNetwork;
+use libcni::confine::{ConfineError, Place, Places};
 use libcni::types::Dns;
 use libcni::IpFamily;
 use serde::Deserialize;
@@ -86,6 +87,13 @@ pub enum ConfigError {
     },
     #[error("TLS files are set but the etcd endpoints are http://; use https:// endpoints")]
     TlsOverHttp,
+    /// The password would cross the network in the clear, to an endpoint
+    /// the configuration (a namespace user's, with Multus) names.
+    #[error("'ipam.etcd.passwordFile' is set but the etcd endpoints are http://: a password is only sent over TLS; use https:// endpoints")]
+    PasswordOverHttp,
+    /// A credential file outside the credential folders.
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
     #[error("invalid ipam.{key} {value}: an IPv{family} block prefix length must be between the range's prefix and {max}")]
     BadBlockSize {
         key: &'static str,
@@ -137,6 +145,21 @@ impl std::fmt::Debug for EtcdConfig {
 }
 
 impl EtcdConfig {
+    /// The credential files set, each with its key: read and sent to etcd,
+    /// so each must be inside the credential folders
+    /// ([`Place::Credentials`]).
+    pub fn credential_files(&self) -> Vec<(&'static str, &std::path::Path)> {
+        [
+            ("ipam.etcd.caFile", &self.ca_file),
+            ("ipam.etcd.certFile", &self.cert_file),
+            ("ipam.etcd.keyFile", &self.key_file),
+            ("ipam.etcd.passwordFile", &self.password_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, file)| file.as_deref().map(|f| (key, f)))
+        .collect()
+    }
+
     pub fn uses_tls(&self) -> bool {
         self.endpoints.iter().any(|e| e.starts_with("https://"))
     }
@@ -346,6 +369,15 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
         }
     } else if config.ca_file.is_some() || config.cert_file.is_some() {
         return Err(ConfigError::TlsOverHttp);
+    } else if config.password_file.is_some() {
+        return Err(ConfigError::PasswordOverHttp);
+    }
+    let files = config.credential_files();
+    if !files.is_empty() {
+        let places = Places::node()?;
+        for (key, file) in files {
+            places.confine(key, Place::Credentials, file)?;
+        }
     }
     Ok(config)
 }

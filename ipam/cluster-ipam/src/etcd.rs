@@ -31,7 +31,8 @@ use etcd_client::{
 };
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ipnetwork::IpNetwork;
-use libcni::config_file::{self, Symlinks, PEM_CAP};
+use libcni::config_file::{self, PEM_CAP};
+use libcni::confine::{ConfineError, Place, Places};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{EtcdConfig, Grid};
@@ -150,11 +151,20 @@ pub struct Etcd {
     deadline: Instant,
 }
 
-/// A credential file's bytes, bounded (`cap`) and regular files only: the
-/// path is a configuration value. Symbolic links are followed: Kubernetes
-/// mounts secrets as links into a `..data` folder.
+/// A credential file's bytes, bounded (`cap`) and regular files only,
+/// opened inside the credential folders without following links: the
+/// path is a configuration value, and the bytes go to the endpoint the
+/// configuration names.
 fn read_file(key: &'static str, path: &std::path::Path, cap: u64) -> Result<Vec<u8>, EtcdError> {
-    config_file::read_bounded(path, cap, Symlinks::Follow).map_err(|source| EtcdError::File {
+    let read = Places::node()
+        .and_then(|places| places.confine(key, Place::Credentials, path))
+        .and_then(|confined| confined.read_bounded(cap))
+        .map_err(|e| match e {
+            ConfineError::Io { source, .. } => source,
+            // The configuration was checked against the same places.
+            other => std::io::Error::other(other),
+        });
+    read.map_err(|source| EtcdError::File {
         key,
         path: path.display().to_string(),
         source,

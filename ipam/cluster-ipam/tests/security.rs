@@ -116,11 +116,14 @@ fn tls_with_client_certificates_works_and_wrong_trust_is_a_clear_error() {
 fn user_and_password_auth_works_and_a_bad_password_changes_nothing() {
     let (etcd, _ns) = start_etcd(
         1,
+        // A password is only sent over TLS (issue 28).
         ClusterOptions {
             auth: Some(("root".into(), "s3cret-pw".into())),
+            tls: true,
             ..Default::default()
         },
     );
+    let tls = etcd.tls_files().expect("TLS files").clone();
     let root = tempfile::tempdir().unwrap();
     let node = Node::new(root.path(), "auth-node");
     let secrets = tempfile::tempdir().unwrap();
@@ -130,6 +133,9 @@ fn user_and_password_auth_works_and_a_bad_password_changes_nothing() {
     std::fs::write(&bad_pw, "wrong\n").unwrap();
     let with = |password: Option<&std::path::Path>| {
         let mut conf = net_conf("authed", &node, &etcd.endpoints(), ranges());
+        conf["ipam"]["etcd"]["caFile"] = json!(tls.ca);
+        conf["ipam"]["etcd"]["certFile"] = json!(tls.cert);
+        conf["ipam"]["etcd"]["keyFile"] = json!(tls.key);
         if let Some(path) = password {
             conf["ipam"]["etcd"]["username"] = json!("root");
             conf["ipam"]["etcd"]["passwordFile"] = json!(path);
@@ -202,6 +208,15 @@ fn configuration_errors_are_spec_errors_before_any_etcd_request() {
         ("node name with ..", json!({"ipam": {"nodeName": "a..b"}})),
         ("network name with ..", json!({"name": "net..1"})),
         ("zero timeout", json!({"ipam": {"etcd": {"timeoutMs": 0}}})),
+        (
+            "a password over http",
+            json!({"ipam": {"etcd": {"username": "u", "passwordFile": "/etc/cni/cluster-ipam/p"}}}),
+        ),
+        (
+            "a credential file outside the credential folders",
+            json!({"ipam": {"etcd": {"endpoints": ["https://127.0.0.1:1"],
+                "caFile": "/etc/kubernetes/pki/etcd/ca.crt"}}}),
+        ),
     ];
     for (what, change) in cases {
         let mut conf = base.clone();

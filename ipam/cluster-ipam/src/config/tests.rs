@@ -121,8 +121,8 @@ fn etcd_keys_are_checked() {
         assert_eq!(c.cluster.etcd.timeout, expected, "{value}");
     }
     let ok = AddConfig::from_value(
-        &conf(json!({"etcd": {"endpoints": ["https://[::1]:2379/"], "caFile": "/ca", "certFile": "/c", "keyFile": "/k",
-                               "username": "u", "passwordFile": "/p", "prefix": "/a/b", "timeoutMs": 250}})),
+        &conf(json!({"etcd": {"endpoints": ["https://[::1]:2379/"], "caFile": "/etc/cni/cluster-ipam/ca", "certFile": "/etc/cni/cluster-ipam/c", "keyFile": "/etc/cni/cluster-ipam/k",
+                               "username": "u", "passwordFile": "/etc/cni/cluster-ipam/p", "prefix": "/a/b", "timeoutMs": 250}})),
         None,
     )
     .unwrap();
@@ -130,6 +130,39 @@ fn etcd_keys_are_checked() {
     assert_eq!(ok.cluster.etcd.timeout, Duration::from_millis(250));
     // The password is never part of the configuration's Debug text.
     assert!(!format!("{:?}", ok.cluster.etcd).contains("password\":"));
+}
+
+/// Issue 28's finding 3: a password only over TLS, and credential files
+/// only from the credential folders (default /etc/cni/cluster-ipam), so a
+/// namespace user's configuration cannot send the node's files anywhere.
+#[test]
+fn credentials_are_confined_and_sent_only_over_tls() {
+    assert_eq!(
+        err(
+            json!({"etcd": {"endpoints": ["http://h:1"], "username": "u",
+                            "passwordFile": "/etc/cni/cluster-ipam/p"}})
+        ),
+        "'ipam.etcd.passwordFile' is set but the etcd endpoints are http://: a password is \
+         only sent over TLS; use https:// endpoints"
+    );
+    for key in ["caFile", "certFile", "keyFile", "passwordFile"] {
+        let mut etcd = json!({"endpoints": ["https://h:1"], "caFile": "/etc/cni/cluster-ipam/ca",
+            "certFile": "/etc/cni/cluster-ipam/c", "keyFile": "/etc/cni/cluster-ipam/k",
+            "username": "u", "passwordFile": "/etc/cni/cluster-ipam/p"});
+        etcd[key] = json!("/etc/kubernetes/pki/etcd/peer.key");
+        assert_eq!(
+            err(json!({ "etcd": etcd })),
+            format!(
+                "ipam.etcd.{key} \"/etc/kubernetes/pki/etcd/peer.key\" is outside the folders \
+                 allowed for credentials (/etc/cni/cluster-ipam); the node's administrator can \
+                 allow a folder with \"allow\": {{\"credentials\": [\"/folder\"]}} in \
+                 /etc/cni/cni-rs-policy.json"
+            ),
+            "{key}"
+        );
+    }
+    let relative = err(json!({"etcd": {"endpoints": ["https://h:1"], "caFile": "ca.pem"}}));
+    assert!(relative.contains("must be an absolute path"), "{relative}");
 }
 
 #[test]

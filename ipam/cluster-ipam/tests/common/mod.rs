@@ -189,9 +189,27 @@ fn netns_path() -> String {
     format!("/run/netns/{name}")
 }
 
+/// A node policy file allowing the temporary folder (where the tests keep
+/// TLS files and passwords) for credential files, as an administrator
+/// would allow a folder; written once per test process, always the same.
+pub fn scratch_policy() -> &'static Path {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        let path = tmp.join("cni-rs-cluster-ipam-test-policy.json");
+        let folder = tmp.display().to_string();
+        let policy = json!({"allow": {"credentials": [folder], "state": [folder]}});
+        // Renamed into place, 0600: root's, as the plugin demands.
+        libcni::state_file::write_atomically(&path, policy.to_string().as_bytes())
+            .expect("the tests' policy file");
+        path
+    })
+}
+
 fn command(verb: &str, container: &str, ifname: &str, cni_args: &str) -> Command {
     let mut cmd = Command::new(PLUGIN);
     cmd.env_clear()
+        .env(libcni::confine::POLICY_ENV, scratch_policy())
         .env("CNI_COMMAND", verb)
         .env("CNI_CONTAINERID", container)
         .env("CNI_NETNS", netns_path())
