@@ -35,8 +35,8 @@ pub enum FirewallError {
     NoBridge { policy: &'static str },
     #[error("got empty bridge name")]
     EmptyBridgeName,
-    #[error("invalid bridge name {0:?} in prevResult: not an interface name")]
-    InvalidBridgeName(String),
+    #[error(transparent)]
+    InvalidBridgeName(#[from] libcni::link_name::InvalidLinkName),
     #[error(transparent)]
     Lock(#[from] LockError),
     /// A family's iptables could not be read (the reference's wording).

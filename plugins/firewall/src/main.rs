@@ -90,9 +90,7 @@ fn policy_bridge(
     }
     // Checked here, before any change: iptables and nftables would refuse
     // or cut a longer name only once the admission rules are written.
-    if skel::validate_interface_name(&interface.name).is_err() {
-        return Err(FirewallError::InvalidBridgeName(interface.name.clone()));
-    }
+    libcni::link_name::check_key("prevResult.interfaces[0].name", &interface.name)?;
     Ok(Some(interface.name.clone()))
 }
 
@@ -273,4 +271,45 @@ impl Plugin for FirewallPlugin {
 
 fn main() {
     skel::plugin_main(FirewallPlugin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libcni::error::{ErrorCode, ToCniError};
+
+    fn with_first_interface(name: &str) -> v100::Result {
+        let mut result = v100::Result::new();
+        result.interfaces.push(v100::Interface {
+            name: name.to_string(),
+            ..Default::default()
+        });
+        result
+    }
+
+    /// The bridge a policy's rules name is checked as a link name, with
+    /// the key it came from, before any rule is written.
+    #[test]
+    fn the_policy_bridge_is_a_link_name() {
+        let policy = IngressPolicy::SameBridge;
+        assert_eq!(
+            policy_bridge(&with_first_interface("cni0"), policy).unwrap(),
+            Some("cni0".to_string())
+        );
+        let e = policy_bridge(&with_first_interface("br\u{1b}[0m"), policy).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"invalid prevResult.interfaces[0].name "br\u{1b}[0m": interface name contains control characters"#
+        );
+        assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        let e = policy_bridge(&with_first_interface(&"b".repeat(70_000)), policy).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid prevResult.interfaces[0].name of 70000 bytes: interface name is too long (at most 15 bytes)"
+        );
+        assert_eq!(
+            policy_bridge(&with_first_interface("x"), IngressPolicy::Open).unwrap(),
+            None
+        );
+    }
 }
