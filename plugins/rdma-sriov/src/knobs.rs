@@ -6,8 +6,8 @@
 //!
 //! | variable | effect |
 //! |---|---|
-//! | `RDMA_SRIOV_SYSFS_ROOT` | sysfs root instead of `/sys` (config key `sysfsRoot` wins) |
-//! | `RDMA_SRIOV_STATE_DIR` | state directory instead of `/var/lib/cni/rdma-sriov` (config key `stateDir` wins) |
+//! | `RDMA_SRIOV_SYSFS_ROOT` | sysfs root instead of `/sys` (config key `sysfsRoot` wins in test builds only; the shipped build ignores the key) |
+//! | `RDMA_SRIOV_STATE_DIR` | state directory instead of `/var/lib/cni/rdma-sriov` (config key `stateDir` wins in test builds only; the shipped build ignores the key) |
 //! | `RDMA_SRIOV_LOCK_TIMEOUT_MS` | how long to wait for a VF lock (default 60000) |
 //! | `RDMA_SRIOV_FAKE_PF_OPS` | **test builds only** (the `fake-hardware` feature; the binary as shipped, built without it, does not read it): path of a `fake::FakeWorld` JSON file; PF-side VF settings, RDMA netlink and the verbs port query then go to that simulated machine, and every change is recorded in its `calls`. It stands in for SR-IOV and RDMA hardware the test machine lacks. The netdev side stays real. |
 

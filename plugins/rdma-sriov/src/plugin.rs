@@ -89,6 +89,28 @@ pub struct RdmaSriov {
     pub(crate) env: PluginEnv,
 }
 
+/// The configuration's `stateDir` and `sysfsRoot`: test keys. With Multus
+/// the configuration is a namespace user's, and a state folder of theirs
+/// would let them plant the records DEL acts on, so the shipped build
+/// (without the `fake-hardware` feature) ignores both; the
+/// administrator's environment knobs ([`crate::knobs`]) work in every
+/// build.
+fn config_locations(
+    state_dir: Option<PathBuf>,
+    sysfs_root: Option<PathBuf>,
+) -> (Option<PathBuf>, Option<PathBuf>) {
+    if cfg!(feature = "fake-hardware") {
+        return (state_dir, sysfs_root);
+    }
+    if state_dir.is_some() || sysfs_root.is_some() {
+        log::warn!(
+            "stateDir and sysfsRoot are test keys, ignored in this build; \
+             set RDMA_SRIOV_STATE_DIR or RDMA_SRIOV_SYSFS_ROOT in the runtime's environment instead"
+        );
+    }
+    (None, None)
+}
+
 impl RdmaSriov {
     /// `env` is the environment delegates inherit (the plugin's own, with
     /// its CNI_* variables).
@@ -119,6 +141,7 @@ impl RdmaSriov {
         state_dir: Option<PathBuf>,
         sysfs_root: Option<PathBuf>,
     ) -> Context {
+        let (state_dir, sysfs_root) = config_locations(state_dir, sysfs_root);
         let state_dir = state_dir
             .or_else(|| self.knobs.state_dir.clone())
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));

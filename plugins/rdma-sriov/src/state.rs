@@ -243,13 +243,19 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // An unpredictable name made with O_EXCL | O_NOFOLLOW: a file or link
+    // planted at a guessable name is never opened, let alone truncated.
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{:016x}",
+        std::process::id(),
+        libcni::confine::unpredictable()
+    ));
     let written = (|| {
         let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .write(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         file.write_all(data)?;
         file.sync_all()?;
