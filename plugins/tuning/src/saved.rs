@@ -173,6 +173,12 @@ pub fn stale_files(
         if !name.ends_with(".json") || state_file::is_temporary(&name) || kept.contains(&name) {
             continue;
         }
+        // Only regular files, as this plugin and the reference write them:
+        // never a link, whose target GC would read and whose name it
+        // would remove.
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let path = entry.path();
         match load(&path) {
             Ok(Loaded::Present {
@@ -249,6 +255,16 @@ mod tests {
         write("reference_eth0.json", None);
         fs::write(dir.path().join("broken_eth0.json"), b"{").unwrap();
         fs::write(dir.path().join(".gone_net1.json.1.0.tmp"), b"{}").unwrap();
+        // A link named like a saved file, to a file of this network's
+        // outside the folder: GC neither reads through it nor lists it.
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim.json");
+        let link = SavedLink {
+            network: Some("net1".into()),
+            ..SavedLink::default()
+        };
+        fs::write(&target, link.to_json()).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("linked_eth0.json")).unwrap();
         let keep = [("kept".to_string(), "eth0".to_string())];
         let stale = stale_files(dir.path(), "net1", &keep).unwrap();
         assert_eq!(stale, [dir.path().join("gone_eth0.json")]);
