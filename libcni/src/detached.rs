@@ -122,6 +122,8 @@ pub unsafe fn fork_keeping(keep: &[RawFd]) -> Option<Side> {
         log::debug!("cannot keep {} descriptors in a detached child", keep.len());
         return None;
     }
+    // Read before the fork: the child's fallback close loop needs a bound.
+    let limit = open_files_limit();
     // SAFETY: the caller upholds the child's restrictions.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -144,14 +146,65 @@ pub unsafe fn fork_keeping(keep: &[RawFd]) -> Option<Side> {
             continue;
         }
         if fd > from {
-            // SAFETY: close_range on descriptor numbers only.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
+            close_range(from, fd - 1, limit);
         }
         from = fd.saturating_add(1);
     }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0u32) };
+    close_range(from, libc::c_uint::MAX, limit);
     Some(Side::Child)
+}
+
+/// Closes descriptors `first..=last`: with `close_range`, or, where it
+/// fails (kernels before 5.9 have none: ENOSYS), one `close` per number
+/// below `limit`. Without the fallback the child would keep the runtime's
+/// stdout pipe and the plugin's lock files, and the runtime's call would
+/// hang until the child ended. Async-signal-safe: syscalls only.
+fn close_range(first: libc::c_uint, last: libc::c_uint, limit: libc::c_uint) {
+    if !close_range_fails() {
+        // SAFETY: close_range on descriptor numbers only.
+        let done = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        if done == 0 {
+            return;
+        }
+    }
+    let end = last.min(limit.saturating_sub(1));
+    let mut fd = first;
+    while fd <= end {
+        // SAFETY: close on a descriptor number; EBADF for unused ones.
+        unsafe { libc::close(fd as libc::c_int) };
+        fd += 1;
+    }
+}
+
+/// One past the highest descriptor number this process may have: the
+/// soft RLIMIT_NOFILE (descriptors are numbered below it unless the limit
+/// was lowered after they were opened, which the plugins never do).
+fn open_files_limit() -> libc::c_uint {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        // The kernel's own ceiling (fs.nr_open's default).
+        return 1 << 20;
+    }
+    libc::c_uint::try_from(limit.rlim_cur).unwrap_or(libc::c_uint::MAX)
+}
+
+/// Tests force the fallback, as on a kernel before 5.9.
+#[cfg(test)]
+static FORCE_CLOSE_RANGE_FAILURE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+fn close_range_fails() -> bool {
+    #[cfg(test)]
+    if FORCE_CLOSE_RANGE_FAILURE.load(std::sync::atomic::Ordering::Relaxed) {
+        return true;
+    }
+    false
 }
 
 /// Ends the child of [`fork_keeping`] without running anything of the
@@ -188,6 +241,44 @@ mod tests {
         let mut answer = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut answer).unwrap();
         assert_eq!(answer, b"n", "the child must close every other descriptor");
+    }
+
+    /// Where close_range fails (kernels before 5.9), the child closes the
+    /// descriptors one by one: a descriptor below and one above the kept
+    /// one are both gone, the kept one stays. Other tests' forks meanwhile
+    /// take the fallback too, which is as correct, only slower.
+    #[test]
+    fn without_close_range_the_child_closes_one_by_one() {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let low = std::fs::File::open("/dev/null").unwrap();
+        let high = nix::fcntl::fcntl(
+            &low,
+            nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(write_end.as_raw_fd() + 100),
+        )
+        .unwrap();
+        let (low_fd, write_fd) = (low.as_raw_fd(), write_end.as_raw_fd());
+        FORCE_CLOSE_RANGE_FAILURE.store(true, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the child only calls fcntl, write and _exit.
+        let side = unsafe { fork_keeping(&[write_fd]) };
+        FORCE_CLOSE_RANGE_FAILURE.store(false, std::sync::atomic::Ordering::Relaxed);
+        match side.unwrap() {
+            Side::Child => {
+                let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+                let answer = [
+                    if open(low_fd) { b'y' } else { b'n' },
+                    if open(high) { b'y' } else { b'n' },
+                ];
+                unsafe { libc::write(write_fd, answer.as_ptr().cast(), 2) };
+                exit_child();
+            }
+            Side::Parent => {}
+        }
+        drop(write_end);
+        nix::unistd::close(high).unwrap();
+        let mut answer = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(read_end), &mut answer).unwrap();
+        assert_eq!(answer, b"nn", "both closed by the fallback, the pipe kept");
+        assert!(open_files_limit() > 3);
     }
 
     /// More descriptors than a child can keep: no fork at all, rather than
