@@ -63,6 +63,12 @@ pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_millis(5000);
 /// longer than any election etcd needs and within the runtimes' own CNI
 /// deadlines (kubelet's is 4 minutes for the whole sandbox).
 pub const MAX_ETCD_TIMEOUT_MS: u64 = 30_000;
+/// The most `etcd.endpoints` a configuration may list. A call asks every
+/// endpoint at least once, each for at least 50 ms (etcd.rs `MIN_SHARE`),
+/// even past `timeoutMs`: 64 keep that within 3.2 s, where 10,000 would
+/// have held the store lock for over 8 minutes. etcd clusters have 3 to 7
+/// members.
+pub const MAX_ENDPOINTS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -76,6 +82,8 @@ pub enum ConfigError {
     NoEndpoints,
     #[error("invalid etcd endpoint {0:?}: expected http://host:port or https://host:port")]
     BadEndpoint(String),
+    #[error("ipam.etcd.endpoints lists {0} endpoints: at most {MAX_ENDPOINTS}")]
+    TooManyEndpoints(usize),
     #[error("etcd endpoints mix http and https; use one scheme")]
     MixedSchemes,
     #[error("https etcd endpoints need 'ipam.etcd.caFile', the CA that signed the etcd server certificates")]
@@ -310,6 +318,9 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
         .collect();
     if endpoints.is_empty() {
         return Err(ConfigError::NoEndpoints);
+    }
+    if endpoints.len() > MAX_ENDPOINTS {
+        return Err(ConfigError::TooManyEndpoints(endpoints.len()));
     }
     for endpoint in &endpoints {
         let rest = endpoint

@@ -88,6 +88,19 @@ fn etcd_keys_are_checked() {
             .contains("username")
     );
     assert!(err(json!({"etcd": {"endpoints": ["http://h:1"], "prefix": "x"}})).contains("prefix"));
+    // Each endpoint is asked for at least 50 ms of a call, past timeoutMs.
+    let endpoints = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("http://10.0.0.1:{}", 2000 + i))
+            .collect()
+    };
+    assert_eq!(
+        err(json!({"etcd": {"endpoints": endpoints(65)}})),
+        "ipam.etcd.endpoints lists 65 endpoints: at most 64"
+    );
+    let c =
+        AddConfig::from_value(&conf(json!({"etcd": {"endpoints": endpoints(64)}})), None).unwrap();
+    assert_eq!(c.cluster.etcd.endpoints.len(), 64);
     // The 2^63 held the store lock for ever against a refusing
     // endpoint; every value outside the range is refused with it.
     for (value, shown) in [
