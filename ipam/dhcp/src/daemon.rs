@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -600,9 +600,41 @@ fn listener(flags: &Flags) -> Result<(UnixListener, Option<PathBuf>), String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("Error removing old socket {}: {e}", path.display())),
     }
-    let listener = UnixListener::bind(&path)
+    let listener = bind_private(&path)
         .map_err(|e| format!("Error getting listener: {}: {e}", path.display()))?;
     Ok((listener, Some(path)))
+}
+
+/// Binds the socket 0600 whatever the daemon's umask: whoever can connect
+/// can make the daemon (root) run DHCP in any namespace path. The umask is
+/// set around the bind, so the socket is never more open, and the mode is
+/// set explicitly after it; only the main thread runs at this point.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    fs::set_permissions(path, fs::Permissions::from_mode(SOCKET_MODE))?;
+    Ok(listener)
+}
+
+/// The socket's mode: root (the runtime) only.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// Whether the peer may be served: only uid 0 (the runtime runs plugins
+/// as root). Checked on every connection, whatever the socket's mode
+/// (systemd's socket, or one an administrator opened up).
+fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+    let creds = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    if creds.uid() != 0 {
+        return Err(format!(
+            "refused a connection from uid {} (pid {}): only root is served",
+            creds.uid(),
+            creds.pid()
+        ));
+    }
+    Ok(())
 }
 
 fn write_pidfile(path: &str) -> Result<(), String> {
@@ -689,6 +721,10 @@ pub fn main(args: &[String]) -> i32 {
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
+                if let Err(msg) = peer_allowed(&stream) {
+                    log::warn!("{msg}");
+                    continue;
+                }
                 let daemon = daemon.clone();
                 let spawned = thread::Builder::new()
                     .name("dhcp-rpc".into())

@@ -1,0 +1,122 @@
+//! The daemon's socket (issue 28): created 0600 whatever the umask the
+//! daemon starts with, and only root is served, whatever the socket's mode.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// Stops the daemon however the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the daemon answers to a request that is no CONNECT (its HTTP
+/// preamble refuses it with 405); empty when it closes without a word.
+fn ask(socket: &Path) -> std::io::Result<String> {
+    talk(UnixStream::connect(socket)?)
+}
+
+fn talk(mut stream: UnixStream) -> std::io::Result<String> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
+
+#[test]
+fn the_socket_is_0600_under_umask_000_and_only_root_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("sock/dhcp.sock");
+    let mut command = Command::new(ours());
+    command
+        .arg("daemon")
+        .arg("-socketpath")
+        .arg(&socket)
+        .arg("-statedir")
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let _daemon = Running(command.spawn().expect("start the daemon"));
+    assert!(
+        wait_for(Duration::from_secs(10), || ask(&socket).is_ok()),
+        "the daemon listens"
+    );
+    let mode = std::fs::metadata(&socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    assert!(
+        ask(&socket)
+            .expect("root connects")
+            .starts_with("HTTP/1.0 405"),
+        "root is served"
+    );
+
+    // Opened up to everyone, as a careless administrator might: a user
+    // other than root still gets nothing.
+    for folder in [dir.path(), &dir.path().join("sock")] {
+        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    // SAFETY: the child only switches user, talks to the socket and exits.
+    match unsafe { nix::unistd::fork() }.expect("fork") {
+        nix::unistd::ForkResult::Child => {
+            let nobody = nix::unistd::Uid::from_raw(65534);
+            let status = if nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).is_err()
+                || nix::unistd::setuid(nobody).is_err()
+            {
+                3
+            } else {
+                match UnixStream::connect(&socket) {
+                    Err(_) => 2,
+                    // Closed unread: an empty read, or a reset.
+                    Ok(stream) => match talk(stream) {
+                        Ok(reply) if reply.is_empty() => 0,
+                        Ok(_) => 1,
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+                        Err(_) => 4,
+                    },
+                }
+            };
+            // SAFETY: ends the child without running the test harness's
+            // exit handlers.
+            unsafe { libc::_exit(status) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            let status = nix::sys::wait::waitpid(child, None).expect("waitpid");
+            assert_eq!(
+                status,
+                nix::sys::wait::WaitStatus::Exited(child, 0),
+                "uid 65534 connected and got no reply (1: it was served, 2: it could not connect, 3: no setuid, 4: no answer nor close)"
+            );
+        }
+    }
+    assert!(
+        ask(&socket)
+            .expect("root still")
+            .starts_with("HTTP/1.0 405"),
+        "root is still served"
+    );
+}
