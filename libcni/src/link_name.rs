@@ -29,7 +29,9 @@ use crate::error::{CniError, ErrorCode, ToCniError};
 pub const MAX_NAME_BYTES: usize = 15;
 
 /// The rule a name breaks. The texts are the reference's, so that
-/// `CNI_IFNAME` errors read as the Go plugins' do.
+/// `CNI_IFNAME` errors read as the Go plugins' do; the reference has no
+/// [`NameRule::Control`] (it takes control characters other than
+/// whitespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NameRule {
     #[error("interface name is empty")]
