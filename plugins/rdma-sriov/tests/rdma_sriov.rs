@@ -539,6 +539,22 @@ fn status_in_pf_mode_needs_a_free_vf() {
     rig.run("STATUS", "", "", "", &conf).assert_ok();
 }
 
+/// `pf` is checked as a link name before anything is asked of the
+/// (fake) hardware: code 7 naming the key and the rule.
+#[test]
+fn pf_names_are_checked_before_the_hardware() {
+    let rig = rig_with_vf0("rs-pfname");
+    let pod = TestNetns::new("rs-pfname-pod");
+    for (pf, message) in conformance::testnet::refused_link_names("pf") {
+        let out = rig.add("c1", &pod, "net1", &rig.conf(json!({"pf": pf})));
+        assert_eq!(out.error_code(), 7, "{}", out.stderr);
+        assert_eq!(out.msg(), message);
+    }
+    assert!(rig.calls().is_empty(), "refused before any change");
+    assert!(link(&rig.host, "vf0").is_some());
+    assert!(rig.state_of("c1", "net1").is_none());
+}
+
 #[test]
 fn shared_mode_needs_opt_in_and_then_leaves_rdma_alone() {
     let rig = rig_with_vf0("rs-shared");
