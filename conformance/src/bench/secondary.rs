@@ -231,7 +231,10 @@ impl Side {
     ) -> Result<Cost, SecondaryError> {
         let netns = pod.path().display().to_string();
         let cni_path = self.dir.display().to_string();
+        let policy = crate::testnet::scratch_policy().display().to_string();
         let env = [
+            // The bench's scratch dataDir is allowed by the tests' policy.
+            (libcni::confine::POLICY_ENV, policy.as_str()),
             ("CNI_COMMAND", command),
             ("CNI_CONTAINERID", cid),
             ("CNI_NETNS", netns.as_str()),

@@ -320,6 +320,12 @@ impl Call {
         if !command.is_empty() {
             env.insert("CNI_COMMAND".to_string(), command.to_string());
         }
+        // The scenarios keep state (tuning's dataDir, ...) in scratch
+        // folders, which the tests' node policy allows.
+        env.insert(
+            libcni::confine::POLICY_ENV.to_string(),
+            crate::testnet::scratch_policy().display().to_string(),
+        );
         Call {
             env,
             stdin: Vec::new(),

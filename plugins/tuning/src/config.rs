@@ -18,6 +18,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use libcni::args::ArgsError;
+use libcni::confine::{ConfineError, Place, Places};
 use libcni::go_compat::{self, GoStruct};
 use libcni::hwaddr;
 use libcni::skel::CmdArgs;
@@ -44,6 +45,10 @@ pub enum ConfigError {
     InvalidMtu(i64),
     #[error("invalid txQLen {0}: must be between 0 and {max}", max = u32::MAX)]
     InvalidTxQueueLen(i64),
+    /// `dataDir` outside the state folders: DEL restores from and GC
+    /// deletes in it, so a namespace user must not choose it freely.
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
 }
 
 /// One sysctl to write: the key as configured and the file it names,
@@ -264,11 +269,19 @@ pub fn decode(stdin: &[u8]) -> Result<RawConf, ConfigError> {
     libcni::plugin_conf::decode_slice_with_path(stdin).map_err(ConfigError::Decode)
 }
 
-/// The data directory of a decoded configuration.
-pub fn data_dir(raw: &RawConf) -> PathBuf {
+/// The data directory of a decoded configuration: the default, or a
+/// folder inside the state folders ([`Place::State`]: /var/lib/cni,
+/// /run/cni, or what the node's policy allows). With Multus the key is a
+/// namespace user's, and DEL restores link settings from, and GC deletes
+/// files in, this folder.
+pub fn data_dir(raw: &RawConf) -> Result<PathBuf, ConfigError> {
     match raw.data_dir.as_deref() {
-        None | Some("") => PathBuf::from(DEFAULT_DATA_DIR),
-        Some(dir) => PathBuf::from(dir),
+        None | Some("") => Ok(PathBuf::from(DEFAULT_DATA_DIR)),
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            Places::node()?.confine("dataDir", Place::State, &dir)?;
+            Ok(dir)
+        }
     }
 }
 
@@ -287,7 +300,7 @@ fn env_mac(args: &CmdArgs) -> Result<Option<String>, ArgsError> {
 
 /// Applies the precedence rules and validates every value.
 fn resolve(raw: RawConf, env_mac: Option<&str>, ifname: &str) -> Result<TuningConf, ConfigError> {
-    let data_dir = data_dir(&raw);
+    let data_dir = data_dir(&raw)?;
     let mut sysctl = raw.link.sysctl.unwrap_or_default();
     let mut mac = raw.link.mac.unwrap_or_default();
     let mut promisc = raw.link.promisc.unwrap_or(false);
@@ -479,14 +492,23 @@ mod tests {
         );
         assert_eq!(conf.mac.unwrap().text(), "c2:11:22:33:44:77");
         let conf = resolve_json(
-            json!({"MTU": 1400, "TxQLen": 5, "Args": {"CNI": {"Promisc": true}}, "DATADIR": "/d"}),
+            json!({"MTU": 1400, "TxQLen": 5, "Args": {"CNI": {"Promisc": true}}, "DATADIR": "/run/cni/d"}),
             None,
         );
         assert_eq!(
             (conf.mtu, conf.tx_queue_len, conf.promisc),
             (Some(1400), Some(5), true)
         );
-        assert_eq!(conf.data_dir, PathBuf::from("/d"));
+        assert_eq!(conf.data_dir, PathBuf::from("/run/cni/d"));
+        // Outside the state folders: code 7, naming the key.
+        let raw = decode(br#"{"dataDir": "/etc"}"#).unwrap();
+        let e = data_dir(&raw).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "dataDir \"/etc\" is outside the folders allowed for state (/var/lib/cni, /run/cni)"
+            ),
+            "{e}"
+        );
         // Of a key given twice, in any spelling, the last wins (Go's rule).
         let text =
             r#"{"mtu": 1400, "MTU": 1500, "sysctl": {"net.a.b": "1"}, "Sysctl": {"net.c.d": "2"}}"#;

@@ -30,7 +30,7 @@ pub fn gc(args: &CmdArgs) -> Result<(), TuningError> {
         .iter()
         .map(|a| (a.container_id.clone(), a.ifname.clone()))
         .collect();
-    let stale = saved::stale_files(&config::data_dir(&raw), &args.conf.name, &keep)?;
+    let stale = saved::stale_files(&config::data_dir(&raw)?, &args.conf.name, &keep)?;
     let mut errors = Vec::new();
     for path in stale {
         match saved::remove(&path) {

@@ -26,6 +26,11 @@ fn cnitool(
         .args(args)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        // The node's policy allows the test's scratch dataDir.
+        .env(
+            libcni::confine::POLICY_ENV,
+            conformance::testnet::scratch_policy(),
+        )
         .env("NETCONFPATH", setup.join("net.d"))
         .env("CNI_PATH", plugins)
         .env("CNI_CACHE_DIR", setup.join("cache"))
