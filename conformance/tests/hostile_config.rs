@@ -405,6 +405,128 @@ const CASES: &[Case] = &[
         code: 7,
         says: |_| "is outside the folders allowed for state".to_string(),
     },
+    Case {
+        name: "logFile the log folder itself",
+        plugin: "loopback",
+        command: "CHECK",
+        conf: |s| loopback_logging(json!(s.allowed().join("logs"))),
+        env: no_env,
+        code: 3,
+        says: |_| "is outside the folders allowed for logs".to_string(),
+    },
+    Case {
+        name: "logFile in a folder whose name only starts like the log folder's",
+        plugin: "loopback",
+        command: "CHECK",
+        conf: |s| {
+            loopback_logging(json!(format!(
+                "{}-evil/x.log",
+                s.allowed().join("logs").display()
+            )))
+        },
+        env: no_env,
+        code: 3,
+        says: |_| "is outside the folders allowed for logs".to_string(),
+    },
+    Case {
+        name: "logFile with a NUL",
+        plugin: "loopback",
+        command: "CHECK",
+        conf: |s| {
+            loopback_logging(json!(format!(
+                "{}/x\u{0}.log",
+                s.allowed().join("logs").display()
+            )))
+        },
+        env: no_env,
+        code: 3,
+        says: |_| "must be an absolute path".to_string(),
+    },
+    Case {
+        name: "logFile /dev/null",
+        plugin: "loopback",
+        command: "CHECK",
+        conf: |_| loopback_logging(json!("/dev/null")),
+        env: no_env,
+        code: 3,
+        says: |_| "logFile \"/dev/null\" is outside the folders allowed for logs".to_string(),
+    },
+    Case {
+        name: "rdma-sriov DEL of a device-info link inside the device-info folder",
+        plugin: "rdma-sriov",
+        command: "DEL",
+        conf: |s| {
+            json!({"cniVersion": "1.0.0", "name": "hostile", "type": "rdma-sriov",
+                   "deviceID": "0000:af:00.2",
+                   "runtimeConfig": {"CNIDeviceInfoFile": s.allowed().join("devinfo/link.json")}})
+        },
+        env: |s| {
+            vec![(
+                "RDMA_SRIOV_STATE_DIR",
+                s.allowed().join("state/rdma").display().to_string(),
+            )]
+        },
+        code: 0,
+        says: |_| String::new(),
+    },
+    Case {
+        name: "etcd caFile climbing out of the credential folder by ..",
+        plugin: "cluster-ipam",
+        command: "ADD",
+        conf: |s| {
+            cluster_ipam(json!({"endpoints": ["https://192.0.2.1:2379"],
+                "caFile": format!("{}/creds/../../outside/config.json", s.allowed().display())}))
+        },
+        env: no_env,
+        code: 7,
+        says: |_| "ipam.etcd.caFile".to_string(),
+    },
+    Case {
+        name: "etcd keyFile /proc/self/environ",
+        plugin: "cluster-ipam",
+        command: "ADD",
+        conf: |s| {
+            cluster_ipam(json!({"endpoints": ["https://192.0.2.1:2379"],
+                                "caFile": s.allowed().join("creds/ca.pem"),
+                                "certFile": s.allowed().join("creds/cert.pem"),
+                                "keyFile": "/proc/self/environ"}))
+        },
+        env: no_env,
+        code: 7,
+        says: |_| "ipam.etcd.keyFile \"/proc/self/environ\" is outside".to_string(),
+    },
+    Case {
+        name: "resolvConf /dev/null",
+        plugin: "host-local",
+        command: "ADD",
+        conf: |_| host_local_resolv(json!("/dev/null")),
+        env: no_env,
+        code: 7,
+        says: |_| "/dev/null is a character device, not a regular file".to_string(),
+    },
+    Case {
+        name: "tuning GC with a dataDir climbing out of the state folders by ..",
+        plugin: "tuning",
+        command: "GC",
+        conf: |s| {
+            tuning_gc(json!(format!(
+                "{}/state/../../outside/tuning",
+                s.allowed().display()
+            )))
+        },
+        env: no_env,
+        code: 7,
+        says: |_| "must be an absolute path without".to_string(),
+    },
+    Case {
+        name: "tuning GC with a state folder itself as dataDir",
+        plugin: "tuning",
+        command: "GC",
+        conf: |s| tuning_gc(json!(s.allowed().join("state"))),
+        env: no_env,
+        code: 7,
+        says: |_| "is outside the folders allowed for state".to_string(),
+    },
 ];
 
 fn run(case: &Case, scratch: &Scratch) -> conformance::testnet::PluginOutcome {
