@@ -22,6 +22,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use libcni::confine::{Place, Places};
 use libcni::device::{is_pci_address, Bus, BusDevice, Sysfs};
 use libcni::go_compat::{fold_keys, Shape, DNS};
 use libcni::plugin_conf::PluginConf;
@@ -53,6 +54,10 @@ pub enum ConfigError {
     BadDeviceInfoPath(String),
     #[error("dataDir {0:?} must be an absolute path")]
     BadDataDir(String),
+    /// `dataDir` outside the state folders: DEL restores devices from the
+    /// records there, so a namespace user must not choose it freely.
+    #[error(transparent)]
+    Confine(#[from] libcni::confine::ConfineError),
     #[error(transparent)]
     LinkName(#[from] libcni::link_name::InvalidLinkName),
 }
@@ -254,7 +259,13 @@ impl NetConf {
             None => None,
         };
         let data_dir = match non_empty(keys.data_dir) {
-            Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir),
+            Some(dir) if Path::new(&dir).is_absolute() => {
+                let dir = PathBuf::from(dir);
+                // Only inside the state folders (/var/lib/cni, /run/cni,
+                // or the node policy's).
+                Places::node()?.confine("dataDir", Place::State, &dir)?;
+                dir
+            }
             Some(dir) => return Err(ConfigError::BadDataDir(dir)),
             None => PathBuf::from(DEFAULT_DATA_DIR),
         };
@@ -374,6 +385,13 @@ mod tests {
             load(json!({"device": "e", "dataDir": "rel"})),
             Err(ConfigError::BadDataDir(_))
         ));
+        // Outside the state folders (issue 28).
+        let e = load(json!({"device": "e", "dataDir": "/root/hd"})).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("dataDir \"/root/hd\" is outside the folders allowed for state"),
+            "{e}"
+        );
     }
 
     #[test]
