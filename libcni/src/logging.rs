@@ -130,18 +130,18 @@ impl LogSettings {
         env_file: Option<&str>,
         conf: &Value,
     ) -> (LogSettings, Vec<String>) {
-        let places = Places::node();
-        Self::resolve_in(env_level, env_file, conf, places)
+        Self::resolve_in(env_level, env_file, conf, Places::node)
     }
 
     /// As [`LogSettings::resolve_with_warnings`], with the node's places
-    /// given. A `logFile` outside them is dropped with a warning: a bad
-    /// log setting never fails a network, and the refusal is on stderr.
+    /// given (read only when a `logFile` needs them). A `logFile` outside
+    /// them is dropped with a warning: a bad log setting never fails a
+    /// network, and the refusal is on stderr.
     pub fn resolve_in(
         env_level: Option<&str>,
         env_file: Option<&str>,
         conf: &Value,
-        places: Result<Places, ConfineError>,
+        places: impl FnOnce() -> Result<Places, ConfineError>,
     ) -> (LogSettings, Vec<String>) {
         let conf_str = |key: &str| conf.get(key).and_then(Value::as_str);
         let mut warnings = Vec::new();
@@ -182,7 +182,7 @@ impl LogSettings {
             settings.file = Some(PathBuf::from(file));
         } else if let Some(file) = conf_str(FILE_KEY).filter(|f| !f.is_empty()) {
             let path = PathBuf::from(file);
-            match places.and_then(|p| p.confine(FILE_KEY, Place::Logs, &path)) {
+            match places().and_then(|p| p.confine(FILE_KEY, Place::Logs, &path)) {
                 Ok(confined) => {
                     settings.file = Some(path);
                     settings.confined = Some(confined);
@@ -749,7 +749,7 @@ mod tests {
         let victim = dir.path().join("authorized_keys");
         std::fs::write(&victim, b"keep\n").unwrap();
         let conf = json!({"logLevel":"info","logFile": victim});
-        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places());
+        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places);
         assert_eq!(s.file, None);
         assert_eq!(
             warnings,
@@ -762,7 +762,7 @@ mod tests {
             )]
         );
         let (s, warnings) =
-            LogSettings::resolve_in(None, Some(victim.to_str().unwrap()), &conf, places());
+            LogSettings::resolve_in(None, Some(victim.to_str().unwrap()), &conf, places);
         assert_eq!(
             (s.file.as_deref(), s.confined, warnings.len()),
             (Some(victim.as_path()), None, 0)
@@ -772,7 +772,7 @@ mod tests {
         // not followed.
         let inside = logs.join("net/plugin.log");
         let conf = json!({"logLevel":"info","logFile": inside});
-        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places());
+        let (s, warnings) = LogSettings::resolve_in(None, None, &conf, places);
         assert!(warnings.is_empty(), "{warnings:?}");
         let stderr = SharedBuf::default();
         let logger = build_logger_with_context(&s, add_context(), Box::new(stderr.clone()));
@@ -783,7 +783,7 @@ mod tests {
         let link = logs.join("link.log");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let conf = json!({"logLevel":"info","logFile": link});
-        let (s, _) = LogSettings::resolve_in(None, None, &conf, places());
+        let (s, _) = LogSettings::resolve_in(None, None, &conf, places);
         let stderr = SharedBuf::default();
         let logger = build_logger_with_context(&s, add_context(), Box::new(stderr.clone()));
         log_at(&logger, log::Level::Info, "1\nssh-ed25519 AAAA x");
