@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod measure;
+pub mod plugin_fuzz;
 pub mod suite;
 pub mod testnet;
