@@ -134,8 +134,15 @@ struct Plugin<'a> {
 }
 
 impl Plugin<'_> {
-    fn env<'e>(&'e self, command: &'e str, cid: &'e str) -> [(&'e str, &'e str); 5] {
+    fn env<'e>(&'e self, command: &'e str, cid: &'e str) -> [(&'e str, &'e str); 6] {
         [
+            // The bench's lease folder is allowed by the tests' policy.
+            (
+                libcni::confine::POLICY_ENV,
+                crate::testnet::scratch_policy()
+                    .to_str()
+                    .unwrap_or_default(),
+            ),
             ("CNI_COMMAND", command),
             ("CNI_CONTAINERID", cid),
             ("CNI_NETNS", self.netns),

@@ -893,6 +893,11 @@ fn runtime(scene: &Scene, knobs: Option<&FakeRdmaMachine>) -> Step<CniConfig> {
         env.set("RDMA_SRIOV_FAKE_PF_OPS", k.world.as_os_str().to_os_string());
         env.set("RDMA_SRIOV_LOCK_TIMEOUT_MS", "3000");
     }
+    // The scenario's lease folder is allowed by the tests' node policy.
+    env.set(
+        libcni::confine::POLICY_ENV,
+        crate::testnet::scratch_policy().as_os_str().to_os_string(),
+    );
     Ok(CniConfig::with_exec(vec![scene.dir.clone()], exec)
         .with_cache_dir(scene.work.join("cache"))
         .with_base_env(env))

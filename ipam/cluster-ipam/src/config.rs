@@ -451,10 +451,20 @@ pub fn store_config(raw: &Value) -> Result<StoreConfig, ConfigError> {
         .and_then(|ipam| ipam.get("dataDir"))
         .and_then(Value::as_str)
         .is_some_and(|dir| !dir.is_empty());
-    if !given {
+    if given {
+        confine_data_dir(&store)?;
+    } else {
         store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
     }
     Ok(store)
+}
+
+/// A configured `dataDir` only inside the state folders (/var/lib/cni,
+/// /run/cni, or the node policy's): the leases there are written and
+/// deleted, and with Multus the key is a namespace user's.
+fn confine_data_dir(store: &StoreConfig) -> Result<(), ConfigError> {
+    Places::node()?.confine("ipam.dataDir", Place::State, &store.data_dir)?;
+    Ok(())
 }
 
 impl ClusterConfig {
@@ -472,6 +482,8 @@ impl ClusterConfig {
     fn from_keys(keys: ClusterKeys, store: &mut StoreConfig) -> Result<ClusterConfig, ConfigError> {
         if non_empty(keys.data_dir.clone()).is_none() {
             store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
+        } else {
+            confine_data_dir(store)?;
         }
         let node = match non_empty(keys.node_name.clone()) {
             Some(name) => name,

@@ -9,6 +9,9 @@ use serde_json::json;
 
 fn admin(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(ADMIN)
+        // The nodes' lease folders are scratch folders the policy allows,
+        // as the plugin's own runs do.
+        .env(libcni::confine::POLICY_ENV, scratch_policy())
         .arg("--config")
         .arg(config)
         .args(args)

@@ -50,11 +50,11 @@ fn defaults() {
     assert_eq!(c.node, host);
 
     let c = AddConfig::from_value(
-        &conf(json!({"dataDir": "/tmp/x", "blockSize": 24, "blockSize6": 120})),
+        &conf(json!({"dataDir": "/var/lib/cni/x", "blockSize": 24, "blockSize6": 120})),
         None,
     )
     .unwrap();
-    assert_eq!(c.cluster.store.data_dir, PathBuf::from("/tmp/x"));
+    assert_eq!(c.cluster.store.data_dir, PathBuf::from("/var/lib/cni/x"));
     assert_eq!(
         c.cluster.grid.to_value(),
         r#"{"blockSize":24,"blockSize6":120}"#
@@ -176,6 +176,25 @@ fn credentials_are_confined_and_sent_only_over_tls() {
     }
     let relative = err(json!({"etcd": {"endpoints": ["https://h:1"], "caFile": "ca.pem"}}));
     assert!(relative.contains("must be an absolute path"), "{relative}");
+}
+
+/// A lease folder outside the state folders (issue 28): code 7, for ADD
+/// and for what DEL reads alone.
+#[test]
+fn data_dir_is_confined_to_the_state_folders() {
+    let e = err(json!({"dataDir": "/etc/cni-rs-absent"}));
+    assert!(
+        e.starts_with(
+            "ipam.dataDir \"/etc/cni-rs-absent\" is outside the folders allowed for state"
+        ),
+        "{e}"
+    );
+    let raw = conf(json!({"dataDir": "/root/leases"}));
+    let e = store_config(&raw).unwrap_err().to_string();
+    assert!(
+        e.contains("is outside the folders allowed for state"),
+        "{e}"
+    );
 }
 
 #[test]
