@@ -124,7 +124,11 @@ pub fn scratch_policy() -> &'static Path {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let tmp = std::env::temp_dir();
-        let path = tmp.join("cni-rs-test-policy.json");
+        // One file per real user: unit tests also run as an unprivileged
+        // user mapped to root in a user namespace (.ci/run), who can
+        // neither replace root's file in the sticky /tmp nor pass a file
+        // owned by an unmapped user (seen as 65534) for root's.
+        let path = tmp.join(format!("cni-rs-test-policy-uid{}.json", outside_uid()));
         let folder = tmp.display().to_string();
         let policy = serde_json::json!({"allow": {
             "logs": [folder], "state": [folder], "deviceInfo": [folder], "credentials": [folder],
@@ -140,6 +144,20 @@ pub fn scratch_policy() -> &'static Path {
         }
         path
     })
+}
+
+/// This process's user as the initial user namespace sees it (the first
+/// line of /proc/self/uid_map that maps our uid), else our uid.
+fn outside_uid() -> u32 {
+    let uid = nix::unistd::geteuid().as_raw();
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    map.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(|f| f.parse::<u32>().ok());
+            Some((fields.next()??, fields.next()??, fields.next()??))
+        })
+        .find(|(inside, _, count)| uid >= *inside && uid - inside < *count)
+        .map_or(uid, |(inside, outside, _)| outside + (uid - inside))
 }
 
 /// Where the workspace's built binaries are: `$CNI_TEST_BIN_DIR`; else,
