@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::thread::{self, Scope, ScopedJoinHandle};
 
@@ -99,7 +99,15 @@ impl NetNs {
     /// Opens `path` and checks that it is a namespace file.
     pub fn open(path: impl AsRef<Path>) -> Result<NetNs, NetNsError> {
         let path = path.as_ref().to_path_buf();
-        let file = match File::open(&path) {
+        // O_NONBLOCK: opening a FIFO (or a device that waits for a peer)
+        // for reading would block until a writer came, so a CNI_NETNS
+        // naming one hung the plugin; now the open returns at once and the
+        // filesystem check below refuses it. setns ignores the flag.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(NetNsError::NotExist { path })
@@ -278,6 +286,27 @@ pub fn is_current_thread_netns(path: impl AsRef<Path>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by plugin-fuzz: CNI_NETNS naming a FIFO hung every plugin in
+    /// open(2) until the runtime killed it. It is refused at once now.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("ns");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(NetNs::open(&path).map(|_| ()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("NetNs::open blocked on a FIFO");
+        let err = got.expect_err("a FIFO is not a network namespace");
+        assert!(matches!(err, NetNsError::NotNetNs { .. }), "{err}");
+        assert_eq!(err.error_code(), crate::ErrorCode::InvalidEnvironment);
+    }
 
     #[test]
     fn own_netns_is_detected() {
