@@ -115,8 +115,17 @@ impl Fuzzer {
             if self.iteration > 0 && self.iteration.is_multiple_of(RECYCLE_EVERY) {
                 sandbox::recycle_pod();
             }
+            let before = self.total();
             self.one_iteration()?;
             self.iteration += 1;
+            // A line now and then, so a long CI run shows it is moving.
+            if before / 5000 != self.total() / 5000 {
+                let failed: u64 = self.tally.values().flat_map(|t| t.failed.values()).sum();
+                eprintln!(
+                    "plugin-fuzz: {} calls, {failed} failed so far",
+                    self.total()
+                );
+            }
         }
         Ok(())
     }

@@ -139,7 +139,11 @@ pub fn judge(verb: &str, o: &Outcome) -> Option<Failure> {
     let Some(status) = o.status else {
         return Some(Failure::Hang);
     };
-    if String::from_utf8_lossy(&o.stderr).contains("panicked at") {
+    // Rust's panic message, and Go's (the reference plugins).
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if stderr.contains("panicked at")
+        || (stderr.contains("panic: ") && stderr.contains("goroutine "))
+    {
         return Some(Failure::Panic);
     }
     if status.signal().is_some() {
