@@ -143,7 +143,11 @@ fn children_cpu() -> (f64, f64) {
 
 /// In the sandbox: prepares it and runs the calls (or one replay).
 fn inside(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    sandbox::prepare()?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| "target/plugin-fuzz".into());
+    sandbox::prepare(&out)?;
     if let Some(case) = &args.replay {
         println!("{}", plugin_fuzz::replay(case)?);
         return Ok(ExitCode::SUCCESS);

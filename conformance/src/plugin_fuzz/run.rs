@@ -76,7 +76,10 @@ pub fn call(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0);
+        .process_group(0)
+        // A relative path in a config resolves here, inside the sandbox's
+        // tmpfs, not in the folder the fuzzer was started from.
+        .current_dir("/tmp");
     for (k, v) in env {
         if let Some(v) = v {
             cmd.env(k, v);

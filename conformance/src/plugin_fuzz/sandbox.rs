@@ -72,8 +72,15 @@ pub fn reexec(args: &[String]) -> Result<i32, SandboxError> {
     Ok(status.code().unwrap_or(128 + 9))
 }
 
-/// Inside the namespaces: tmpfs mounts, sysfs, uplinks, pod namespace.
-pub fn prepare() -> Result<(), SandboxError> {
+/// Inside the namespaces: the machine's root read-only (but `out`),
+/// tmpfs mounts, sysfs, uplinks, pod namespace.
+pub fn prepare(out: &Path) -> Result<(), SandboxError> {
+    // A path key of "/" or "../.." makes a plugin that does not confine
+    // its paths (the reference's host-local) write outside the masked
+    // folders: the root is read-only here, the output folder excepted.
+    let out = out.display().to_string();
+    run("mount", &["--bind", &out, &out])?;
+    run("mount", &["-o", "remount,bind,ro", "/"])?;
     for dir in MASKED {
         // A missing folder is masked through its parent, so that a plugin
         // creating it writes to the tmpfs and not the machine's disk.
