@@ -17,7 +17,7 @@
 set -u
 . /test/guest-lib.sh
 
-state_dir=/tmp/hd-state
+state_dir=/var/lib/cni/hd-state
 leases=/tmp/hd-leases
 hl_ipam='{"type":"host-local","dataDir":"/tmp/hd-leases","ranges":[[{"subnet":"10.1.0.0/24","rangeStart":"10.1.0.10"}]]}'
 
