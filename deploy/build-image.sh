@@ -8,6 +8,8 @@
 # The image holds:
 #   /usr/bin/cni-installer   the install step (entrypoint; `install` by default)
 #   /usr/bin/cnitool         for checking a node (docs/kubernetes.md)
+#   /usr/bin/cni-node        the node agent, the DaemonSet's main container
+#                            (docs/node-agent.md)
 #   /opt/cni-rs/bin/         the plugins of `cargo plugins` and SHA256SUMS
 #   /LICENSE
 # Every binary is static (musl), so nothing else is needed in the image.
@@ -43,10 +45,10 @@ mapfile -t plugins < <(sed -n 's/^plugins = "\(.*\)"$/\1/p' .cargo/config.toml \
 [ "${#plugins[@]}" -gt 0 ] || { log "no plugin list in .cargo/config.toml"; exit 1; }
 
 if $build; then
-    log "building (release, musl): the plugins, cni-installer, cnitool"
+    log "building (release, musl): the plugins, cni-installer, cnitool, cni-node"
     cargo plugins --locked >&2
     cargo build --release --locked --target x86_64-unknown-linux-musl \
-        -p cni-installer -p cnitool >&2
+        -p cni-installer -p cnitool -p cni-node >&2
     if $with_rdma_sriov; then
         cargo build --release --locked -p rdma-sriov >&2
     fi
@@ -55,7 +57,7 @@ fi
 rootfs=$work/rootfs
 rm -rf "$rootfs"
 mkdir -p "$rootfs/usr/bin" "$rootfs/opt/cni-rs/bin"
-install -m 0755 "$musl/cni-installer" "$musl/cnitool" "$rootfs/usr/bin/"
+install -m 0755 "$musl/cni-installer" "$musl/cnitool" "$musl/cni-node" "$rootfs/usr/bin/"
 for plugin in "${plugins[@]}"; do
     install -m 0755 "$musl/$plugin" "$rootfs/opt/cni-rs/bin/"
 done

@@ -32,6 +32,12 @@ else
     mapfile -t targets < <(cargo fuzz list --fuzz-dir "$fuzz_dir")
 fi
 
+# The fuzz crate has its own lock file (it is outside the workspace).
+# cargo fuzz has no --locked, so this fails here, before building, when
+# that lock no longer matches the crates it names (it had fallen behind
+# libcni's dependencies once without anyone noticing).
+cargo metadata --locked --format-version 1 --manifest-path "$fuzz_dir/Cargo.toml" >/dev/null
+
 # Optimised, with debug assertions and overflow checks, AddressSanitizer.
 flags=(--fuzz-dir "$fuzz_dir" --release --debug-assertions)
 cargo fuzz build "${flags[@]}"

@@ -114,24 +114,32 @@ pub fn ip(args: &[&str]) -> String {
 }
 
 /// The node policy file every [`PluginCall`] names in
-/// `CNI_RS_POLICY_FILE`: it allows the system's temporary folder, where
-/// tests keep their scratch state, logs and device-info files, for every
-/// place (`libcni::confine`), as a node's administrator would allow a
-/// folder. Tests of the confinement itself name their own policy with
-/// [`PluginCall::var`]. Rewritten whole (rename) by each test process:
-/// the content is always the same.
+/// `CNI_RS_POLICY_FILE`: it allows the system's temporary folder and
+/// `/dev/shm` (the bench's state root), where tests keep their scratch
+/// state, logs and device-info files, for every place (`libcni::confine`),
+/// as a node's administrator would allow a folder. Tests of the
+/// confinement itself name their own policy with [`PluginCall::var`].
+///
+/// One file per process (`cni-rs-test-policy-uid<N>-<pid>.json`), removed
+/// when the process exits; a file left by a process that was killed is
+/// removed by the next one of the same user. One per real user too: unit
+/// tests also run as an unprivileged user mapped to root in a user
+/// namespace (.ci/run), who can neither replace root's files in the
+/// sticky /tmp nor pass a file owned by an unmapped user (seen as 65534)
+/// for root's.
 pub fn scratch_policy() -> &'static Path {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let tmp = std::env::temp_dir();
-        // One file per real user: unit tests also run as an unprivileged
-        // user mapped to root in a user namespace (.ci/run), who can
-        // neither replace root's file in the sticky /tmp nor pass a file
-        // owned by an unmapped user (seen as 65534) for root's.
-        let path = tmp.join(format!("cni-rs-test-policy-uid{}.json", outside_uid()));
-        let folder = tmp.display().to_string();
+        let prefix = format!("cni-rs-test-policy-uid{}-", outside_uid());
+        remove_stale_policies(&tmp, &prefix);
+        let path = tmp.join(format!("{prefix}{}.json", std::process::id()));
+        let mut folders = vec![tmp.display().to_string()];
+        if Path::new("/dev/shm").is_dir() && tmp != Path::new("/dev/shm") {
+            folders.push("/dev/shm".to_string());
+        }
         let policy = serde_json::json!({"allow": {
-            "logs": [folder], "state": [folder], "deviceInfo": [folder], "credentials": [folder],
+            "logs": folders, "state": folders, "deviceInfo": folders, "credentials": folders,
         }});
         let mut text = serde_json::to_vec_pretty(&policy).unwrap_or_default();
         text.push(b'\n');
@@ -142,8 +150,57 @@ pub fn scratch_policy() -> &'static Path {
                 path.display()
             );
         }
+        remove_at_exit(&path);
         path
     })
+}
+
+/// The policy file to remove when the process exits, and that process
+/// (a forked child that calls `exit` must not remove its parent's file).
+static POLICY_TO_REMOVE: std::sync::OnceLock<(std::ffi::CString, u32)> = std::sync::OnceLock::new();
+
+/// Removes `path` at `exit` (the test harness and the conformance binary
+/// both end through it).
+fn remove_at_exit(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    extern "C" fn remove_policy() {
+        if let Some((path, owner)) = POLICY_TO_REMOVE.get() {
+            if *owner == std::process::id() {
+                // SAFETY: a NUL-terminated path that lives for the process.
+                unsafe { libc::unlink(path.as_ptr()) };
+            }
+        }
+    }
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    if POLICY_TO_REMOVE.set((c_path, std::process::id())).is_ok() {
+        // SAFETY: registers a function without arguments that only reads
+        // a static and unlinks a file.
+        unsafe { libc::atexit(remove_policy) };
+    }
+}
+
+/// Removes this user's policy files whose process is gone (killed before
+/// its exit handler ran).
+fn remove_stale_policies(tmp: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// This process's user as the initial user namespace sees it (the first

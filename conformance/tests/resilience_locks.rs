@@ -79,6 +79,10 @@ impl StuckHolder {
             .env("CNI_NETNS", host.host.path())
             .env("CNI_IFNAME", IFNAME)
             .env("CNI_PATH", bin_dir())
+            .env(
+                libcni::confine::POLICY_ENV,
+                conformance::testnet::scratch_policy(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -26,6 +26,9 @@ use serde::Deserialize;
 
 use crate::error::{CniError, ErrorCode, ToCniError};
 
+mod folder;
+pub use folder::confine_folder;
+
 /// The node's policy file: root-owned, not writable by group or others.
 pub const POLICY_PATH: &str = "/etc/cni/cni-rs-policy.json";
 /// Another policy file, set in the runtime's environment (the
@@ -89,14 +92,66 @@ impl Place {
 }
 
 /// The policy file: `{"allow": {"logs": ["/srv/log"], "state": [...],
-/// "deviceInfo": [...], "credentials": [...]}}`. Every folder is absolute
-/// and free of `.` and `..`; unknown keys are errors (a misspelt setting
-/// must not silently allow nothing).
+/// "deviceInfo": [...], "credentials": [...]}, "clusterIpam": {...}}`.
+/// Every folder is absolute and free of `.` and `..`; unknown keys are
+/// errors (a misspelt setting must not silently allow nothing).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     #[serde(default)]
     pub allow: Allow,
+    /// cluster-ipam's etcd settings pinned for every network of the node.
+    #[serde(default, rename = "clusterIpam")]
+    pub cluster_ipam: Option<EtcdPin>,
+}
+
+/// etcd settings the administrator pins (`"clusterIpam": {...}`): a
+/// configuration naming another value for a pinned key is refused, one
+/// leaving it out gets the pinned value. What is not pinned stays the
+/// configuration's. Credentials pinned without `endpoints` and `prefix`
+/// are refused: a configuration could then send them to its own endpoint
+/// or use them on other keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdPin {
+    pub endpoints: Option<Vec<String>>,
+    pub prefix: Option<String>,
+    pub node_name: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+impl EtcdPin {
+    fn check(&self) -> Result<(), String> {
+        if self.endpoints.as_ref().is_some_and(Vec::is_empty) {
+            return Err("clusterIpam.endpoints must list at least one endpoint".into());
+        }
+        let files = [
+            ("caFile", &self.ca_file),
+            ("certFile", &self.cert_file),
+            ("keyFile", &self.key_file),
+            ("passwordFile", &self.password_file),
+        ];
+        for (key, file) in files {
+            if file.as_deref().is_some_and(|f| !is_plain_absolute(f)) {
+                return Err(format!(
+                    "clusterIpam.{key} must be an absolute path without \".\" or \"..\""
+                ));
+            }
+        }
+        let credentials = files.iter().any(|(_, f)| f.is_some()) || self.username.is_some();
+        if credentials && (self.endpoints.is_none() || self.prefix.is_none()) {
+            return Err(
+                "clusterIpam pins credentials but not both endpoints and prefix: \
+                 a configuration could send them elsewhere or use them on other keys"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -127,6 +182,11 @@ pub enum ConfineError {
     },
     #[error("{key} {path:?} must be an absolute path without \".\" or \"..\" components")]
     NotPlain { key: String, path: PathBuf },
+    #[error(
+        "{key} {path:?} is reached through a symbolic link or a file, \
+         which is not followed inside the allowed folders"
+    )]
+    Link { key: String, path: PathBuf },
     #[error("policy file {path}: {reason}")]
     Policy { path: String, reason: String },
     #[error("{key} {path:?}: {source}")]
@@ -211,6 +271,16 @@ impl Places {
         })
     }
 
+    /// The policy read (defaults only when there was no file).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The policy file's path, for messages.
+    pub fn policy_path(&self) -> &str {
+        &self.policy_path
+    }
+
     /// Places with `policy` (tests, fuzzing).
     pub fn with_policy(policy: Policy, policy_path: &str) -> Places {
         Places {
@@ -288,6 +358,9 @@ impl Policy {
                     "{folder:?} must be an absolute folder other than / without \".\" or \"..\""
                 ));
             }
+        }
+        if let Some(pin) = &policy.cluster_ipam {
+            pin.check()?;
         }
         Ok(policy)
     }

@@ -287,6 +287,7 @@ mod tests {
                 device_info: vec![dir.to_path_buf()],
                 ..Default::default()
             },
+            ..Default::default()
         };
         Places::with_policy(policy, "/etc/cni/cni-rs-policy.json")
     }

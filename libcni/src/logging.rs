@@ -739,6 +739,7 @@ mod tests {
                 logs: vec![logs.clone()],
                 ..Default::default()
             },
+            ..Default::default()
         };
         let places = || {
             Ok(Places::with_policy(

@@ -7,6 +7,8 @@
 //! keys included, which re-serialising a typed struct would not give.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -302,6 +304,46 @@ pub fn validate_network_name(name: &str) -> Result<(), ConfError> {
     Ok(())
 }
 
+/// A numeric key's value that is not an integer within its range, as an
+/// error message shows it: the number, or what was given instead (a
+/// string's text is left out: it may be long or hold control characters).
+/// Each crate maps it to its own error variant, which names the key and
+/// the range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotInRange(pub String);
+
+/// An optional integer key: absent or `null` is `None`, an integer within
+/// `range` is itself; anything else (negative, past the range, a fraction,
+/// 2^64, a string) is [`NotInRange`].
+pub fn int_in_range(
+    value: Option<&Value>,
+    range: RangeInclusive<u64>,
+) -> Result<Option<u64>, NotInRange> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    match value.as_u64().filter(|n| range.contains(n)) {
+        Some(n) => Ok(Some(n)),
+        None => Err(NotInRange(match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(_) => "(a string)".to_string(),
+            _ => "(not a number)".to_string(),
+        })),
+    }
+}
+
+/// A time key in milliseconds: absent or `null` is `default`; otherwise
+/// an integer from 1 to `max_ms`. A bound on every wait keeps a lock or a
+/// runtime's call from being held for ever by a value such as 2^63.
+pub fn millis_in_range(
+    value: Option<&Value>,
+    default: Duration,
+    max_ms: u64,
+) -> Result<Duration, NotInRange> {
+    Ok(int_in_range(value, 1..=max_ms)?.map_or(default, Duration::from_millis))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,5 +590,44 @@ mod tests {
             "cni.dev/attachments":[{"containerID":"c2","ifname":"net1"}]}))
         .unwrap();
         assert_eq!(c.valid_attachments[0].container_id, "c2");
+    }
+
+    #[test]
+    fn int_in_range_takes_the_bounds_and_refuses_past_them() {
+        let get = |v: Value| int_in_range(Some(&v), 1..=4094);
+        assert_eq!(get(json!(1)), Ok(Some(1)));
+        assert_eq!(get(json!(4094)), Ok(Some(4094)));
+        assert_eq!(get(Value::Null), Ok(None));
+        assert_eq!(int_in_range(None, 1..=4094), Ok(None));
+        for (bad, shown) in [
+            (json!(0), "0"),
+            (json!(4095), "4095"),
+            (json!(-1), "-1"),
+            (json!(1.5), "1.5"),
+            (json!(9_223_372_036_854_775_808u64), "9223372036854775808"),
+            (json!(u64::MAX), "18446744073709551615"),
+            (json!(1e308), "1e+308"),
+            (json!("5"), "(a string)"),
+            (json!(true), "(not a number)"),
+            (json!([1]), "(not a number)"),
+        ] {
+            assert_eq!(get(bad), Err(NotInRange(shown.to_string())), "{shown}");
+        }
+    }
+
+    #[test]
+    fn millis_in_range_defaults_and_caps() {
+        let default = Duration::from_secs(10);
+        let get = |v: Option<Value>| millis_in_range(v.as_ref(), default, 30_000);
+        assert_eq!(get(None), Ok(default));
+        assert_eq!(get(Some(Value::Null)), Ok(default));
+        assert_eq!(get(Some(json!(1))), Ok(Duration::from_millis(1)));
+        assert_eq!(get(Some(json!(30_000))), Ok(Duration::from_secs(30)));
+        assert_eq!(get(Some(json!(0))), Err(NotInRange("0".into())));
+        assert_eq!(get(Some(json!(30_001))), Err(NotInRange("30001".into())));
+        assert_eq!(
+            get(Some(json!(9_223_372_036_854_775_808u64))),
+            Err(NotInRange("9223372036854775808".into()))
+        );
     }
 }

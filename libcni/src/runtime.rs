@@ -535,26 +535,48 @@ impl CniConfig {
             Err(e) => errs.push(RuntimeError::ListAttachments(e)),
         }
 
-        if at_least(&list.cni_version, SpecVersion::V1_1_0).unwrap_or(false) {
-            let mut inject = list_identity(list);
-            if let Some(args) = args {
-                let valid = serde_json::to_value(&args.valid_attachments)
-                    .unwrap_or_else(|_| Value::Array(Vec::new()));
-                inject.insert("cni.dev/valid-attachments".to_string(), valid.clone());
-                // The key's name in the 1.1.0 spec text, still read by
-                // plugins built against it.
-                inject.insert("cni.dev/attachments".to_string(), valid);
-            }
-            for plugin in &list.plugins {
-                let outcome = inject_conf(plugin, &inject)
-                    .map_err(RuntimeError::from)
-                    .and_then(|conf| self.gc_one(&conf));
-                if let Err(e) = outcome {
-                    errs.push(RuntimeError::GcPlugin {
-                        plugin_type: plugin.plugin_type().to_string(),
-                        source: Box::new(e),
-                    });
-                }
+        match self.gc_plugins(list, args) {
+            Ok(()) => {}
+            Err(RuntimeError::Multiple(plugin_errs)) => errs.extend(plugin_errs),
+            Err(e) => errs.push(e),
+        }
+        RuntimeError::from_list(errs)
+    }
+
+    /// The second half of [`CniConfig::gc_network_list`]: from 1.1.0 on,
+    /// sends GC to every plugin of the list with the valid attachments
+    /// (under both key names), deleting no cached attachment itself. A
+    /// node agent calls it before its own DELs, so that a network whose
+    /// plugins fail GC keeps its cache entries. Goes on after a plugin's
+    /// failure and reports them all; does nothing for `disableGC` lists
+    /// and older versions.
+    pub fn gc_plugins(
+        &self,
+        list: &NetworkConfigList,
+        args: Option<&GcArgs>,
+    ) -> Result<(), RuntimeError> {
+        if list.disable_gc || !at_least(&list.cni_version, SpecVersion::V1_1_0).unwrap_or(false) {
+            return Ok(());
+        }
+        let mut errs = Vec::new();
+        let mut inject = list_identity(list);
+        if let Some(args) = args {
+            let valid = serde_json::to_value(&args.valid_attachments)
+                .unwrap_or_else(|_| Value::Array(Vec::new()));
+            inject.insert("cni.dev/valid-attachments".to_string(), valid.clone());
+            // The key's name in the 1.1.0 spec text, still read by
+            // plugins built against it (Go libcni sends both).
+            inject.insert("cni.dev/attachments".to_string(), valid);
+        }
+        for plugin in &list.plugins {
+            let outcome = inject_conf(plugin, &inject)
+                .map_err(RuntimeError::from)
+                .and_then(|conf| self.gc_one(&conf));
+            if let Err(e) = outcome {
+                errs.push(RuntimeError::GcPlugin {
+                    plugin_type: plugin.plugin_type().to_string(),
+                    source: Box::new(e),
+                });
             }
         }
         RuntimeError::from_list(errs)

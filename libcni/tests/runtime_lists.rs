@@ -686,6 +686,39 @@ fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
 }
 
 #[test]
+fn gc_plugins_sends_gc_only_and_keeps_the_cache() {
+    let f = fixture();
+    let mut l = list("1.1.0");
+    f.cni.add_network_list(&l, &rt()).unwrap();
+    f.exec.clear();
+
+    // Nothing valid: every plugin gets GC with an empty list under both
+    // keys, no DEL is sent and the cached attachment stays.
+    f.cni.gc_plugins(&l, Some(&GcArgs::default())).unwrap();
+    assert_eq!(
+        f.exec.log(),
+        PLUGINS
+            .iter()
+            .map(|p| (p.to_string(), "GC".to_string()))
+            .collect::<Vec<_>>()
+    );
+    for call in f.exec.calls() {
+        assert_eq!(call.stdin["cni.dev/valid-attachments"], json!([]));
+        assert_eq!(call.stdin["cni.dev/attachments"], json!([]));
+    }
+    assert!(f.cache_file().exists());
+
+    // Before 1.1.0 and with disableGC: nothing is sent.
+    f.exec.clear();
+    f.cni
+        .gc_plugins(&list("1.0.0"), Some(&GcArgs::default()))
+        .unwrap();
+    l.disable_gc = true;
+    f.cni.gc_plugins(&l, Some(&GcArgs::default())).unwrap();
+    assert!(f.exec.calls().is_empty());
+}
+
+#[test]
 fn gc_without_args_treats_every_attachment_of_the_network_as_stale() {
     let f = fixture();
     let l = list("1.1.0");

@@ -104,7 +104,14 @@ impl Network {
             what: "config".into(),
             msg: e.to_string(),
         })?;
-        let cni = CniConfig::new(vec![plugin_dir.to_path_buf()]).with_cache_dir(work.join("cache"));
+        // The bench's scratch dataDir is allowed by the tests' policy.
+        let env = libcni::invoke::PluginEnv::from_process().with(
+            libcni::confine::POLICY_ENV,
+            crate::testnet::scratch_policy(),
+        );
+        let cni = CniConfig::new(vec![plugin_dir.to_path_buf()])
+            .with_cache_dir(work.join("cache"))
+            .with_base_env(env);
         Ok(Network { side, list, cni })
     }
 

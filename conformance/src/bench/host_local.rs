@@ -41,7 +41,10 @@ struct Store {
 
 impl Store {
     fn call(&self, command: &str, cid: &str) -> Result<crate::measure::RunCost, MeasureError> {
+        let policy = crate::testnet::scratch_policy().display().to_string();
         let env = [
+            // The bench's scratch dataDir is allowed by the tests' policy.
+            (libcni::confine::POLICY_ENV, policy.as_str()),
             ("CNI_COMMAND", command),
             ("CNI_CONTAINERID", cid),
             ("CNI_NETNS", self.netns.as_str()),

@@ -32,7 +32,7 @@ for side in ours reference; do
     ip -n "bh-$side" link add master0 type veth peer name master0p
     ip -n "bh-$side" link set master0 up
     ip -n "bh-$side" link set master0p up
-    mkdir -p "/tmp/bench-state/$side"
+    mkdir -p "/run/cni/bench-state/$side"
 done
 wait_netns_cleanup
 
@@ -40,7 +40,7 @@ wait_netns_cleanup
 # highest version both sides speak), as the plugins' own tests set them up.
 conf() {
     local ipam
-    ipam=$(printf '{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/24"}]],"dataDir":"/tmp/bench-state/%s/leases"}' "$2")
+    ipam=$(printf '{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/24"}]],"dataDir":"/run/cni/bench-state/%s/leases"}' "$2")
     case $1 in
         ipvlan)
             printf '{"cniVersion":"1.0.0","name":"bench-ipvlan","type":"ipvlan","master":"master0","ipam":%s}' "$ipam" ;;

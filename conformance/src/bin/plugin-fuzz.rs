@@ -40,6 +40,21 @@ struct Args {
     /// Re-run one written failure (a folder of the output) and print it.
     #[arg(long)]
     replay: Option<PathBuf>,
+    /// Start one etcd member (/usr/bin/etcd) inside the sandbox and add
+    /// cluster-ipam seeds that use it (counted as `cluster-ipam+etcd`).
+    #[arg(long)]
+    etcd: bool,
+    /// rdma-sriov built with its test-only fake-hardware feature
+    /// (target/debug/rdma-sriov after `cargo build -p rdma-sriov
+    /// --features fake-hardware`), run on a simulated SR-IOV machine.
+    #[arg(long)]
+    rdma_sriov: Option<PathBuf>,
+    /// Split the calls over this many sandboxes run side by side (job `j`
+    /// has seed `seed + j`, its share of the calls, and writes to
+    /// `OUT/job-j`). The calls mostly wait on the kernel, so jobs shorten
+    /// the wall time on a machine with little CPU to spare.
+    #[arg(long, default_value_t = 1)]
+    jobs: u64,
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -100,9 +115,24 @@ fn outside(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(r) = &args.replay {
         forwarded.extend(["--replay".into(), absolute(r).display().to_string()]);
     }
+    if args.etcd {
+        forwarded.push("--etcd".into());
+    }
+    if let Some(exe) = &args.rdma_sriov {
+        let exe = absolute(exe);
+        if !exe.is_file() {
+            return Err(format!("--rdma-sriov {}: no such file", exe.display()).into());
+        }
+        sandbox::check_visible(&exe)?;
+        forwarded.extend(["--rdma-sriov".into(), exe.display().to_string()]);
+    }
     let before = sandbox::HostSnapshot::take();
     let start = Instant::now();
-    let code = sandbox::reexec(&forwarded)?;
+    let code = if args.jobs > 1 && args.replay.is_none() {
+        run_jobs(&args, &forwarded, &out)?
+    } else {
+        sandbox::reexec(&forwarded)?
+    };
     let wall = start.elapsed();
     let (user, sys) = children_cpu();
     eprintln!(
@@ -130,6 +160,52 @@ fn outside(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }))
 }
 
+/// Runs `args.jobs` sandboxes at once, each with its own seed, share of
+/// the calls and output folder, its output in `OUT/job-j.log`; prints the
+/// logs one after the other and returns the worst exit code.
+fn run_jobs(
+    args: &Args,
+    forwarded: &[String],
+    out: &Path,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let jobs = args.jobs;
+    let mut handles = Vec::new();
+    for j in 0..jobs {
+        let seed = args.seed.wrapping_add(j);
+        let calls = args.calls / jobs + u64::from(j < args.calls % jobs);
+        let job_out = out.join(format!("job-{j}"));
+        std::fs::create_dir_all(&job_out)?;
+        let mut job_args = forwarded.to_vec();
+        for (flag, value) in [
+            ("--seed", seed.to_string()),
+            ("--calls", calls.to_string()),
+            ("--out", job_out.display().to_string()),
+        ] {
+            if let Some(i) = job_args.iter().position(|a| a == flag) {
+                job_args[i + 1] = value;
+            }
+        }
+        let log = out.join(format!("job-{j}.log"));
+        let header = format!(
+            "=== job {j}: --seed {seed} --calls {calls} --out {}",
+            job_out.display()
+        );
+        handles.push((
+            header,
+            log.clone(),
+            std::thread::spawn(move || sandbox::reexec_logged(&job_args, &log)),
+        ));
+    }
+    let mut worst = 0;
+    for (header, log, handle) in handles {
+        let code = handle.join().map_err(|_| "a job's thread panicked")??;
+        println!("{header} (exit {code})");
+        print!("{}", std::fs::read_to_string(&log).unwrap_or_default());
+        worst = worst.max(code);
+    }
+    Ok(worst)
+}
+
 /// User and system CPU seconds of the waited-for descendants.
 fn children_cpu() -> (f64, f64) {
     // SAFETY: getrusage fills the zeroed struct we own.
@@ -152,6 +228,18 @@ fn inside(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         println!("{}", plugin_fuzz::replay(case)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // Kept until the run ends; dropping it stops the member.
+    let etcd = if args.etcd {
+        let cluster = etcd_cluster::EtcdCluster::start(1, etcd_cluster::ClusterOptions::default())?;
+        eprintln!("plugin-fuzz: etcd at {}", cluster.endpoints().join(","));
+        Some(cluster)
+    } else {
+        None
+    };
+    let fake_rdma = match &args.rdma_sriov {
+        Some(exe) => Some(sandbox::fake_rdma(exe)?),
+        None => None,
+    };
     let mut fuzzer = Fuzzer::new(Options {
         dir: args.dir.clone(),
         seed: args.seed,
@@ -162,6 +250,8 @@ fn inside(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .unwrap_or_else(|| "target/plugin-fuzz".into()),
         examples: args.examples.clone(),
         only: args.only.clone(),
+        etcd_endpoints: etcd.as_ref().map(|c| c.endpoints()).unwrap_or_default(),
+        fake_rdma,
     })?;
     fuzzer.run()?;
     for line in fuzzer.summary() {

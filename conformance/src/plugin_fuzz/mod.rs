@@ -5,6 +5,7 @@
 //! is written out as a replayable case. `plugin-fuzz --help` runs it.
 
 pub mod mutate;
+pub mod regressions;
 pub mod rng;
 pub mod run;
 pub mod sandbox;
@@ -50,6 +51,10 @@ pub struct Options {
     pub examples: PathBuf,
     /// Only these plugins (all with a seed when empty).
     pub only: Vec<String>,
+    /// A live etcd's client URLs for the `cluster-ipam+etcd` seeds.
+    pub etcd_endpoints: Vec<String>,
+    /// rdma-sriov's test build on its simulated hardware.
+    pub fake_rdma: Option<sandbox::FakeRdma>,
 }
 
 /// One call to make.
@@ -65,6 +70,9 @@ struct Call {
 pub struct Tally {
     pub calls: u64,
     pub passed: u64,
+    /// Passed calls that exited 0 (a result, or a quiet DEL/CHECK/GC): how
+    /// far past the parsers the run got.
+    pub succeeded: u64,
     pub failed: BTreeMap<Failure, u64>,
     /// Wall time of the calls, for the per-plugin average in the summary.
     pub elapsed: std::time::Duration,
@@ -80,11 +88,16 @@ pub struct Fuzzer {
 impl Fuzzer {
     pub fn new(opts: Options) -> Result<Fuzzer, FuzzError> {
         let mut seeds: BTreeMap<String, Vec<Seed>> = BTreeMap::new();
+        let live = seeds::live(
+            opts.etcd_endpoints.first().map(String::as_str),
+            opts.fake_rdma.is_some(),
+        );
         for s in seeds::from_examples(&opts.examples)
             .into_iter()
             .chain(seeds::documented())
+            .chain(live)
         {
-            let present = opts.dir.join(&s.plugin).is_file();
+            let present = executable(&opts, &s.plugin).is_file();
             let wanted = opts.only.is_empty() || opts.only.contains(&s.plugin);
             if present && wanted {
                 seeds.entry(s.plugin.clone()).or_default().push(s);
@@ -109,8 +122,10 @@ impl Fuzzer {
         self.tally.values().map(|t| t.calls).sum()
     }
 
-    /// Runs iterations until the budget of calls is spent.
+    /// Replays the regression cases, then runs iterations until the
+    /// budget of calls is spent.
     pub fn run(&mut self) -> Result<(), FuzzError> {
+        self.regressions()?;
         while self.total() < self.opts.calls {
             if self.iteration > 0 && self.iteration.is_multiple_of(RECYCLE_EVERY) {
                 sandbox::recycle_pod();
@@ -126,6 +141,42 @@ impl Fuzzer {
                     self.total()
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Each case of [`regressions::all`] whose plugin is in the run, as an
+    /// ADD, then a DEL of the same config (whatever it answers) so that
+    /// nothing stays. A case without its pinned answer is a failure.
+    fn regressions(&mut self) -> Result<(), FuzzError> {
+        for r in regressions::all() {
+            if !self.tally.contains_key(r.plugin) {
+                continue;
+            }
+            let stdin = serde_json::to_vec(&r.config).unwrap_or_default();
+            let call = Call {
+                plugin: r.plugin.into(),
+                verb: "ADD".into(),
+                stdin: stdin.clone(),
+                env: self.env("ADD", r.plugin),
+                notes: vec![format!("regression {}", r.name)],
+            };
+            let path = executable(&self.opts, r.plugin);
+            let outcome = run::call(&path, &call.env.vars, &call.stdin)?;
+            let tally = self.tally.entry(r.plugin.into()).or_default();
+            tally.calls += 1;
+            tally.elapsed += outcome.elapsed;
+            match regressions::verdict(&r, &outcome) {
+                None => tally.passed += 1,
+                Some(why) => {
+                    eprintln!("plugin-fuzz: regression {} failed: {why}", r.name);
+                    *tally.failed.entry(Failure::Regressed).or_default() += 1;
+                    let dir = self.opts.out.join(format!("regression-{}", r.name));
+                    write_case(&dir, &path, &call, &outcome, Failure::Regressed)?;
+                }
+            }
+            let env = self.env("DEL", r.plugin);
+            run::call(&path, &env.vars, &stdin)?;
         }
         Ok(())
     }
@@ -169,16 +220,23 @@ impl Fuzzer {
         self.execute(clean, 3).map(|_| ())
     }
 
-    fn env(&self, verb: &str) -> CniEnv {
+    /// The `CNI_*` variables of a call, and the simulated hardware's
+    /// knobs for rdma-sriov's test build.
+    fn env(&self, verb: &str, plugin: &str) -> CniEnv {
         let netns = format!("/run/netns/{}", sandbox::POD_NETNS);
         let container = format!("{}-{}", sandbox::MARKER, self.iteration);
-        CniEnv::new(
+        let mut env = CniEnv::new(
             verb,
             &netns,
             "net1",
             &self.opts.dir.display().to_string(),
             &container,
-        )
+        );
+        if let (Some(fake), "rdma-sriov") = (&self.opts.fake_rdma, plugin) {
+            env.vars
+                .extend(fake.env.iter().map(|(k, v)| (*k, Some(v.clone()))));
+        }
+        env
     }
 
     fn clean_call(&self, seed: &Seed, verb: &str, prev: Option<&Value>) -> Call {
@@ -197,7 +255,7 @@ impl Fuzzer {
             plugin: seed.plugin.clone(),
             verb: verb.into(),
             stdin: serde_json::to_vec(&conf).unwrap_or_default(),
-            env: self.env(verb),
+            env: self.env(verb, &seed.plugin),
             notes: vec!["clean".into()],
         }
     }
@@ -231,7 +289,7 @@ impl Fuzzer {
         if rng.one_in(5) {
             notes.push(mutate::mutate_bytes(&mut stdin, rng));
         }
-        let mut env = self.env(verb);
+        let mut env = self.env(verb, &seed.plugin);
         if rng.one_in(3) {
             notes.push(env.mutate(rng));
         }
@@ -250,7 +308,7 @@ impl Fuzzer {
         if self.total() >= self.opts.calls {
             return Ok(None);
         }
-        let path = self.opts.dir.join(&call.plugin);
+        let path = executable(&self.opts, &call.plugin);
         let outcome = run::call(&path, &call.env.vars, &call.stdin)?;
         let verdict = run::judge(&call.verb, &outcome);
         let tally = self.tally.entry(call.plugin.clone()).or_default();
@@ -259,6 +317,9 @@ impl Fuzzer {
         match verdict {
             None => {
                 tally.passed += 1;
+                if outcome.status.is_some_and(|s| s.success()) {
+                    tally.succeeded += 1;
+                }
                 Ok(Some(outcome))
             }
             Some(f) => {
@@ -281,9 +342,10 @@ impl Fuzzer {
                     .collect();
                 let failed: u64 = t.failed.values().sum();
                 format!(
-                    "plugin-fuzz: {plugin:<13} calls={} passed={} failed={failed} ({}) avg={} ms",
+                    "plugin-fuzz: {plugin:<13} calls={} passed={} (exit 0: {}) failed={failed} ({}) avg={} ms",
                     t.calls,
                     t.passed,
+                    t.succeeded,
                     kinds.join(" "),
                     t.elapsed.as_millis() / u128::from(t.calls.max(1))
                 )
@@ -293,6 +355,17 @@ impl Fuzzer {
 
     pub fn failed(&self) -> bool {
         self.tally.values().any(|t| !t.failed.is_empty())
+    }
+}
+
+/// The executable of a seed's plugin: `cluster-ipam+etcd` is cluster-ipam
+/// (a seed family counted apart), rdma-sriov the test build when the run
+/// simulates its hardware.
+fn executable(opts: &Options, plugin: &str) -> PathBuf {
+    let name = plugin.split('+').next().unwrap_or(plugin);
+    match &opts.fake_rdma {
+        Some(fake) if name == "rdma-sriov" => fake.exe.clone(),
+        _ => opts.dir.join(name),
     }
 }
 

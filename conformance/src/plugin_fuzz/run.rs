@@ -36,6 +36,8 @@ pub enum Failure {
     Hang,
     NoErrorJson,
     BadResult,
+    /// A case of [`super::regressions`] did not get its pinned answer.
+    Regressed,
 }
 
 impl Failure {
@@ -46,15 +48,17 @@ impl Failure {
             Failure::Hang => "hang",
             Failure::NoErrorJson => "no-error-json",
             Failure::BadResult => "bad-result",
+            Failure::Regressed => "regressed",
         }
     }
 
-    pub const ALL: [Failure; 5] = [
+    pub const ALL: [Failure; 6] = [
         Failure::Signal,
         Failure::Panic,
         Failure::Hang,
         Failure::NoErrorJson,
         Failure::BadResult,
+        Failure::Regressed,
     ];
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 /// The uplinks the seeds name as masters and devices; the sandbox creates
-/// them as dummy links in its own network namespace.
+/// them as veth pairs in its own network namespace.
 pub const UPLINKS: &[&str] = &["eth0", "eth1", "ens1f0np0", "ens3f0np0", "ens2f1np1"];
 
 /// One seed: the plugin it is for and its config.
@@ -144,11 +144,23 @@ fn chained_and_ipam_seeds() -> Vec<Value> {
     ]
 }
 
+/// An IPAM plugin run on its own reads the `ipam` section of a network
+/// config, as a runtime's delegate call gives it: its documented keys go
+/// there (at the top they only ever met "missing 'ipam' key").
+fn as_network(conf: Value) -> Value {
+    const IPAM: &[&str] = &["host-local", "static", "dhcp", "cluster-ipam"];
+    match conf.get("type").and_then(Value::as_str) {
+        Some(t) if IPAM.contains(&t) => json!({"type": t, "ipam": conf}),
+        _ => conf,
+    }
+}
+
 /// One seed per plugin, every documented key set to a working value.
 pub fn documented() -> Vec<Seed> {
     interface_seeds()
         .into_iter()
         .chain(chained_and_ipam_seeds())
+        .map(as_network)
         .filter_map(|mut c| {
             let obj = c.as_object_mut()?;
             obj.insert("cniVersion".into(), json!("1.0.0"));
@@ -156,6 +168,49 @@ pub fn documented() -> Vec<Seed> {
             plugin_of(&c)
         })
         .collect()
+}
+
+/// Seeds that reach past the parsers: cluster-ipam with a valid etcd
+/// section, against an endpoint that refuses (always) and against the
+/// run's live etcd (`etcd`, counted as `cluster-ipam+etcd`); rdma-sriov on
+/// the simulated machine (`fake_rdma`, see [`super::sandbox::FakeRdma`]).
+pub fn live(etcd: Option<&str>, fake_rdma: bool) -> Vec<Seed> {
+    let cluster = |name: &str, endpoint: &str, subnet: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "cluster-ipam",
+            "ipam": {"type": "cluster-ipam", "ranges": [[{"subnet": subnet}], [{"subnet": "fd79::/112"}]],
+            "nodeName": "node-a", "dataDir": "/var/lib/cni/cluster-ipam", "lockTimeoutMs": 3000,
+            "etcd": {"endpoints": [endpoint], "prefix": "/cni-fuzz", "timeoutMs": 2000}}})
+    };
+    // Port 1 of the sandbox's loopback: nothing listens there.
+    let mut seeds = vec![Seed {
+        plugin: "cluster-ipam".into(),
+        config: cluster("fuzznet-refused", "http://127.0.0.1:1", "10.79.0.0/16"),
+    }];
+    if let Some(endpoint) = etcd {
+        seeds.push(Seed {
+            plugin: "cluster-ipam+etcd".into(),
+            config: cluster("fuzznet-etcd", endpoint, "10.80.0.0/16"),
+        });
+    }
+    if fake_rdma {
+        for selector in [
+            json!({"deviceID": "0000:3b:00.2"}),
+            json!({"pf": "ens1f0np0"}),
+        ] {
+            let mut config = json!({"cniVersion": "1.0.0", "name": "fuzznet-rdma",
+                "type": "rdma-sriov", "vlan": 100, "vlanQoS": 1, "spoofchk": "on",
+                "trust": "off", "link_state": "enable", "max_tx_rate": 1000, "mtu": 1500,
+                "rail": {"table": 101}, "ipam": host_local()});
+            if let (Value::Object(c), Value::Object(s)) = (&mut config, selector) {
+                c.extend(s);
+            }
+            seeds.push(Seed {
+                plugin: "rdma-sriov".into(),
+                config,
+            });
+        }
+    }
+    seeds
 }
 
 /// The prevResult a chained plugin gets when no ADD of this run made one.

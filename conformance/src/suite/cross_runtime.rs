@@ -121,6 +121,10 @@ fn cnitool(
                 .to_string(),
         )
         .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web-0")
+        // Both tools pass their environment on to the plugins: the tests'
+        // node policy allows the scene's scratch lease folder (host-local's
+        // dataDir is confined to the state folders).
+        .env(libcni::confine::POLICY_ENV, crate::testnet::scratch_policy())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -199,6 +199,12 @@ impl Rig {
             .args(args)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            // Podman's environment reaches the plugins: the tests' node
+            // policy allows the scratch lease folder (dataDir is confined).
+            .env(
+                libcni::confine::POLICY_ENV,
+                crate::testnet::scratch_policy(),
+            )
             .env("HOME", self.work.path())
             .env("CONTAINERS_CONF", self.work.join("containers.conf"))
             .env("CONTAINERS_STORAGE_CONF", self.work.join("storage.conf"))

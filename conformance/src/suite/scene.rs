@@ -94,8 +94,18 @@ impl Scene {
     /// host, with its result cache in the scenario's folder.
     pub fn runtime(&self) -> Result<CniConfig, SandboxError> {
         let exec = NetnsExec::new(&self.host, self.work.path())?;
+        // The scenario's lease folder is a scratch one, which the tests'
+        // node policy allows (host-local's dataDir is confined to the
+        // state folders). Set here, not inherited: `conformance suite` run
+        // by hand or by CI has no policy variable of its own.
+        let mut env = libcni::invoke::PluginEnv::from_process();
+        env.set(
+            libcni::confine::POLICY_ENV,
+            crate::testnet::scratch_policy().as_os_str().to_os_string(),
+        );
         Ok(CniConfig::with_exec(vec![self.dir.clone()], exec)
-            .with_cache_dir(self.work.join("cache")))
+            .with_cache_dir(self.work.join("cache"))
+            .with_base_env(env))
     }
 
     pub fn has_link(&self, ns: &Netns, name: &str) -> Result<bool, String> {

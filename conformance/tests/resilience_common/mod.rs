@@ -509,11 +509,19 @@ impl TestHost {
         let host = TestNetns::new(&options.tag);
         let work = tempfile::tempdir().unwrap();
         let exec = std::sync::Arc::new(HostExec::new(&host, options.mount_ns_of));
-        let mut cni = CniConfig::with_exec(vec![bin_dir()], exec.clone())
-            .with_cache_dir(work.path().join("cache"));
-        if let Some(env) = &options.base_env {
-            cni = cni.with_base_env(env.clone());
-        }
+        // The scratch dataDir is allowed by the tests' node policy
+        // (host-local's and tuning's dataDir are confined, issue 28).
+        let mut env = options
+            .base_env
+            .clone()
+            .unwrap_or_else(PluginEnv::from_process);
+        env.set(
+            libcni::confine::POLICY_ENV,
+            conformance::testnet::scratch_policy(),
+        );
+        let cni = CniConfig::with_exec(vec![bin_dir()], exec.clone())
+            .with_cache_dir(work.path().join("cache"))
+            .with_base_env(env);
         let mut test_host = TestHost {
             host,
             work,

@@ -7,11 +7,15 @@
 //!   when). Usage per node is what the node reported when it last talked
 //!   to etcd (block claims and GC); an ADD inside a node's blocks does not
 //!   reach etcd, so counts can be older than the node's disk.
+//!   Each node's last sign of life: alive (its heartbeat's lease is held,
+//!   [`crate::liveness`]) since when, or silent since its last report.
 //! - `release-node NODE`: deletes the blocks (and reservations and report)
 //!   of a node that is gone, so other nodes can claim them. Refused while
-//!   the node's report shows leases or it holds reservations, unless
-//!   `--force`: a node that is still running would otherwise keep handing
-//!   out addresses that another node may then claim.
+//!   the node is alive, even with `--force` (it would keep handing out
+//!   addresses another node may then claim); refused while the node's
+//!   report shows leases or it holds reservations, unless `--force`.
+//! - `reclaimable --silent-for PERIOD`: the blocks of nodes not alive and
+//!   silent (no report) for longer than PERIOD, to release.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,6 +27,7 @@ use crate::config::ClusterConfig;
 use crate::error::Error;
 use crate::etcd::{BlockValue, Etcd, IpValue, NodeReport};
 use crate::keys;
+use crate::liveness::AliveValue;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -49,6 +54,13 @@ pub enum AdminError {
     },
     #[error("node {0} holds nothing in this pool")]
     UnknownNode(String),
+    #[error("node {node} is alive: its heartbeat has kept its liveness lease (TTL {ttl} s) since {since}; \
+             release it only once its agent is stopped and the lease has expired (even --force does not release a live node)")]
+    NodeAlive {
+        node: String,
+        since: String,
+        ttl: u64,
+    },
 }
 
 /// The network configuration the plugin would get, from a `.conf` or
@@ -96,6 +108,8 @@ pub struct PoolView {
     pub blocks: BTreeMap<String, (String, i64)>,
     pub ips: Vec<(String, IpValue)>,
     pub nodes: BTreeMap<String, (NodeReport, i64)>,
+    /// Nodes known alive now: their liveness key.
+    pub alive: BTreeMap<String, AliveValue>,
 }
 
 pub fn read_pool(etcd: &mut Etcd, cluster: &ClusterConfig) -> Result<PoolView, Error> {
@@ -114,6 +128,10 @@ pub fn read_pool(etcd: &mut Etcd, cluster: &ClusterConfig) -> Result<PoolView, E
             if let Ok(owner) = serde_json::from_slice::<IpValue>(&value) {
                 view.ips.push((ip.to_string(), owner));
             }
+        } else if let Some(node) = key.strip_prefix(&keys.alive_prefix()) {
+            if let Ok(alive) = serde_json::from_slice::<AliveValue>(&value) {
+                view.alive.insert(node.to_string(), alive);
+            }
         } else if let Some(node) = key.strip_prefix(&keys.nodes()) {
             if let Ok(report) = serde_json::from_slice::<NodeReport>(&value) {
                 view.nodes.insert(node.to_string(), (report, revision));
@@ -123,11 +141,25 @@ pub fn read_pool(etcd: &mut Etcd, cluster: &ClusterConfig) -> Result<PoolView, E
     Ok(view)
 }
 
-fn age(updated: u64) -> String {
-    let now = std::time::SystemTime::now()
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!("{} s ago", now.saturating_sub(updated))
+        .map_or(0, |d| d.as_secs())
+}
+
+fn age(updated: u64) -> String {
+    format!("{} s ago", now_secs().saturating_sub(updated))
+}
+
+/// A node's last sign of life, for people.
+pub fn sign_of_life(view: &PoolView, node: &str) -> String {
+    if let Some(alive) = view.alive.get(node) {
+        return format!("alive since {}", age(alive.since));
+    }
+    match view.nodes.get(node) {
+        Some((report, _)) => format!("silent, last seen {}", age(report.updated)),
+        None => "no sign of life".to_string(),
+    }
 }
 
 /// `show`, as text for a person.
@@ -156,10 +188,13 @@ pub fn render(cluster: &ClusterConfig, view: &PoolView) -> String {
     for node in view.nodes.keys() {
         per_node.entry(node.as_str()).or_default();
     }
+    for node in view.alive.keys() {
+        per_node.entry(node.as_str()).or_default();
+    }
     let _ = writeln!(
         out,
-        "{:<24} {:>6} {:>7} {:>9}  blocks",
-        "NODE", "BLOCKS", "LEASES", "REPORTED"
+        "{:<24} {:>6} {:>7} {:>9}  {:<32} blocks",
+        "NODE", "BLOCKS", "LEASES", "REPORTED", "LAST SIGN OF LIFE"
     );
     for (node, node_blocks) in &per_node {
         let (leases, reported) = match view.nodes.get(*node) {
@@ -168,8 +203,9 @@ pub fn render(cluster: &ClusterConfig, view: &PoolView) -> String {
         };
         let _ = writeln!(
             out,
-            "{node:<24} {:>6} {leases:>7} {reported:>9}  {}",
+            "{node:<24} {:>6} {leases:>7} {reported:>9}  {:<32} {}",
             node_blocks.len(),
+            sign_of_life(view, node),
             node_blocks.join(" ")
         );
     }
@@ -213,6 +249,13 @@ pub fn release_node(
     if blocks.is_empty() && reservations.is_empty() && report.is_none() {
         return Err(AdminError::UnknownNode(node.to_string()));
     }
+    if let Some(alive) = view.alive.get(node) {
+        return Err(AdminError::NodeAlive {
+            node: node.to_string(),
+            since: format!("{} ({})", alive.since, age(alive.since)),
+            ttl: alive.ttl,
+        });
+    }
     let leases = report.map_or(0, |(r, _)| r.leases);
     if !force && (leases > 0 || !reservations.is_empty()) {
         return Err(AdminError::NodeBusy {
@@ -251,4 +294,102 @@ pub fn release_node(
             .map_err(Error::from)?;
     }
     Ok(released)
+}
+
+/// A node whose blocks may be released: not alive, silent this long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reclaimable {
+    pub node: String,
+    /// Seconds since its last report.
+    pub silent_for: u64,
+    pub blocks: Vec<String>,
+}
+
+/// The nodes holding blocks that are not alive and have not reported for
+/// longer than `silent_for` seconds. Nodes that never reported are not
+/// listed: nothing tells how long they have been silent.
+pub fn reclaimable(view: &PoolView, silent_for: u64) -> Vec<Reclaimable> {
+    let now = now_secs();
+    let mut out: Vec<Reclaimable> = Vec::new();
+    for (node, (report, _)) in &view.nodes {
+        let silent = now.saturating_sub(report.updated);
+        if view.alive.contains_key(node) || silent <= silent_for {
+            continue;
+        }
+        let blocks: Vec<String> = view
+            .blocks
+            .iter()
+            .filter(|(_, (owner, _))| owner == node)
+            .map(|(block, _)| block.clone())
+            .collect();
+        if !blocks.is_empty() {
+            out.push(Reclaimable {
+                node: node.clone(),
+                silent_for: silent,
+                blocks,
+            });
+        }
+    }
+    out
+}
+
+/// `reclaimable`, as text for a person.
+pub fn render_reclaimable(list: &[Reclaimable], silent_for: u64) -> String {
+    let mut out = String::new();
+    if list.is_empty() {
+        let _ = writeln!(
+            out,
+            "no node silent for more than {silent_for} s holds blocks"
+        );
+    }
+    for r in list {
+        let _ = writeln!(
+            out,
+            "reclaimable: node {} silent for {} s: {} block(s) {} (cluster-ipam-admin release-node {})",
+            r.node,
+            r.silent_for,
+            r.blocks.len(),
+            r.blocks.join(" "),
+            r.node
+        );
+    }
+    out
+}
+
+/// A period: seconds, or a number with `s`, `m`, `h` or `d`.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c),
+        _ => (text, 's'),
+    };
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a period such as 600, 10m, 2h or 1d"))
+}
+
+#[cfg(test)]
+mod period_tests {
+    use super::parse_period;
+
+    #[test]
+    fn periods() {
+        assert_eq!(parse_period("600"), Ok(600));
+        assert_eq!(parse_period("90s"), Ok(90));
+        assert_eq!(parse_period("10m"), Ok(600));
+        assert_eq!(parse_period("2h"), Ok(7200));
+        assert_eq!(parse_period("1d"), Ok(86_400));
+        for bad in ["", "m", "-1", "1.5h", "3w", "99999999999999999999d"] {
+            assert!(parse_period(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -122,6 +122,16 @@ pub enum ConfigError {
     BadTimeout(String),
     #[error("cannot find the host name for the default nodeName ({0}); set ipam.nodeName")]
     NoHostname(String),
+    /// A key the node's administrator pinned, set to another value.
+    #[error("ipam.{key} {configured:?} is not the value this node's administrator pinned ({pinned:?}, \
+             \"clusterIpam\": {{\"{setting}\": ...}} in {policy}); leave the key out or set it to the pinned value")]
+    Pinned {
+        key: &'static str,
+        setting: &'static str,
+        configured: String,
+        pinned: String,
+        policy: String,
+    },
 }
 
 /// How to reach etcd. Never printed with the password.
@@ -250,7 +260,7 @@ struct ClusterKeys {
     dns: Option<Dns>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct EtcdKeys {
     #[serde(default)]
@@ -292,20 +302,8 @@ fn path(value: Option<String>) -> Option<PathBuf> {
 /// `etcd.timeoutMs`: absent or `null` is the default; otherwise an integer
 /// within 1..=[`MAX_ETCD_TIMEOUT_MS`].
 fn etcd_timeout(value: Option<&Value>) -> Result<Duration, ConfigError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(DEFAULT_ETCD_TIMEOUT);
-    };
-    let ms = value
-        .as_u64()
-        .filter(|ms| (1..=MAX_ETCD_TIMEOUT_MS).contains(ms));
-    ms.map(Duration::from_millis).ok_or_else(|| {
-        let shown = match value {
-            Value::Number(n) => n.to_string(),
-            Value::String(_) => "(a string)".to_string(),
-            _ => "(not a number)".to_string(),
-        };
-        ConfigError::BadTimeout(shown)
-    })
+    libcni::plugin_conf::millis_in_range(value, DEFAULT_ETCD_TIMEOUT, MAX_ETCD_TIMEOUT_MS)
+        .map_err(|e| ConfigError::BadTimeout(e.0))
 }
 
 fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
@@ -349,7 +347,10 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
         key_file: path(keys.key_file),
         username: non_empty(keys.username),
         password_file: path(keys.password_file),
-        prefix: non_empty(keys.prefix).unwrap_or_else(|| keys::DEFAULT_PREFIX.to_string()),
+        prefix: non_empty(keys.prefix).map_or_else(
+            || keys::DEFAULT_PREFIX.to_string(),
+            |p| keys::normalize_prefix(&p).to_string(),
+        ),
         timeout: etcd_timeout(keys.timeout_ms.as_ref())?,
     };
     keys::check_prefix(&config.prefix)?;
@@ -479,7 +480,11 @@ impl ClusterConfig {
         ClusterConfig::from_keys(ClusterKeys::from_value(raw)?, store)
     }
 
-    fn from_keys(keys: ClusterKeys, store: &mut StoreConfig) -> Result<ClusterConfig, ConfigError> {
+    fn from_keys(
+        mut keys: ClusterKeys,
+        store: &mut StoreConfig,
+    ) -> Result<ClusterConfig, ConfigError> {
+        pins::apply(&mut keys, &Places::node()?)?;
         if non_empty(keys.data_dir.clone()).is_none() {
             store.data_dir = PathBuf::from(DEFAULT_DATA_DIR);
         } else {
@@ -533,6 +538,8 @@ impl AddConfig {
         Ok(AddConfig { cluster, ipam, dns })
     }
 }
+
+mod pins;
 
 #[cfg(test)]
 mod tests;

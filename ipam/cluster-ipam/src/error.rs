@@ -4,12 +4,14 @@
 //! |---|---|
 //! | configuration invalid (ranges, blockSize, names, etcd keys), before any request | 7 |
 //! | the pool in etcd has another block grid than this configuration | 7 |
+//! | the node's record belongs to another pool (etcd cluster, prefix, network) | 7 |
 //! | etcd refused the request (credentials, permissions) or the TLS handshake | 7: the `etcd` block of the configuration is wrong |
 //! | `CNI_ARGS`, container ID or interface name invalid | 4 |
 //! | local disk failure, unreadable node state | 5 |
 //! | etcd unreachable within `etcd.timeoutMs`, store lock not obtained | 11 (try again later) |
 //! | requested address held elsewhere (another node's block, another pod) | 11, as host-local |
 //! | no free block left and the node's blocks are full | 50 |
+//! | STATUS: blocks released by an operator while the node was silent still hold pods' addresses | 51 |
 //! | CHECK finds a lease outside the node's blocks and reservations | 999, as host-local's CHECK without a lease: the suite's rule for a CHECK that finds a difference |
 //! | host-local's own conditions (duplicate ADD 100, CHECK without a lease 999, ...) | host-local's codes |
 
@@ -46,6 +48,17 @@ pub enum Error {
     },
     #[error("network {network}: no free block left in {ranges}, and this node's blocks are full")]
     PoolExhausted { network: String, ranges: String },
+    /// Blocks an operator released while this node was silent, with pods
+    /// still holding addresses in them.
+    #[error("network {network}: block(s) {blocks} of node {node} were released in etcd while the node was silent \
+             (cluster-ipam-admin release-node); they hand out no address again, but {leases} pod address(es) in them \
+             may now be given to pods of other nodes: delete those pods so they get new addresses")]
+    BlocksReleased {
+        network: String,
+        node: String,
+        blocks: String,
+        leases: usize,
+    },
     #[error("gave up claiming a block after {0} rounds lost to other nodes")]
     ClaimContention(usize),
     #[error("requested IP address {ip} is in block {block} of node {node}")]
@@ -86,7 +99,9 @@ impl Error {
             Error::Config(_) => ErrorCode::InvalidNetworkConfig,
             Error::Args(e) => e.to_cni_error().code,
             Error::HostLocal(e) => e.code(),
-            Error::State(StateError::OtherNode { .. }) => ErrorCode::InvalidNetworkConfig,
+            Error::State(StateError::OtherNode { .. } | StateError::OtherPool { .. }) => {
+                ErrorCode::InvalidNetworkConfig
+            }
             Error::State(_) => ErrorCode::Io,
             Error::Etcd(EtcdError::Unreachable { .. }) => ErrorCode::TryAgainLater,
             Error::Etcd(EtcdError::Refused { .. }) => ErrorCode::InvalidNetworkConfig,
@@ -96,6 +111,9 @@ impl Error {
             Error::Etcd(EtcdError::BadValue { .. }) => ErrorCode::Internal,
             Error::GridMismatch { .. } => ErrorCode::InvalidNetworkConfig,
             Error::PoolExhausted { .. } => ErrorCode::NotAvailable,
+            // ADDs go on from other blocks; the pods in the released ones
+            // may lose connectivity to duplicates of their addresses.
+            Error::BlocksReleased { .. } => ErrorCode::NotAvailableLimitedConnectivity,
             Error::ClaimContention(_) => ErrorCode::TryAgainLater,
             Error::RequestedInOtherBlock { .. } | Error::RequestedTaken { .. } => {
                 ErrorCode::TryAgainLater

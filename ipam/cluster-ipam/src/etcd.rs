@@ -108,6 +108,8 @@ pub struct ReservedIp {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub revision: i64,
+    /// The etcd cluster that answered.
+    pub cluster_id: u64,
     /// The `pool` key's value, when written.
     pub grid: Option<Vec<u8>>,
     pub blocks: Vec<ClaimedBlock>,
@@ -147,8 +149,10 @@ pub struct Etcd {
     order: Vec<usize>,
     /// Position in `order` of the endpoint in use.
     at: usize,
-    client: Option<KvClient>,
+    client: Option<Client>,
     deadline: Instant,
+    /// The etcd cluster's ID, from the first answer that carried it.
+    cluster_id: Option<u64>,
 }
 
 /// A credential file's bytes, bounded (`cap`) and regular files only,
@@ -313,6 +317,7 @@ impl Etcd {
             at: 0,
             client: None,
             deadline: Instant::now() + config.timeout,
+            cluster_id: None,
         })
     }
 
@@ -336,6 +341,15 @@ impl Etcd {
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        self.call_client(|client| op(client.kv_client()))
+    }
+
+    /// As [`Etcd::call`], with the whole client (leases).
+    fn call_client<T, F, Fut>(&mut self, op: F) -> Result<T, EtcdError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
         let n = self.order.len();
         let count = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let start = Instant::now();
@@ -355,13 +369,11 @@ impl Etcd {
                 .map_or("", String::as_str)
         };
         let op = &op;
-        let attempt = |pos: usize, client: Option<KvClient>| async move {
+        let attempt = |pos: usize, client: Option<Client>| async move {
             let result = async {
                 let client = match client {
                     Some(client) => client,
-                    None => Client::connect([url(pos)], Some(options.clone()))
-                        .await?
-                        .kv_client(),
+                    None => Client::connect([url(pos)], Some(options.clone())).await?,
                 };
                 let value = op(client.clone()).await?;
                 Ok::<_, etcd_client::Error>((value, client))
@@ -472,6 +484,28 @@ impl Etcd {
         }
     }
 
+    /// Starts the deadline of the requests that follow again (`etcd.timeoutMs`
+    /// from now): for a long-lived user such as the node heartbeat.
+    pub fn renew_deadline(&mut self) {
+        self.deadline = Instant::now() + self.config.timeout;
+    }
+
+    /// The ID of the etcd cluster the endpoints reach: known from the
+    /// first answer, else asked with a count-only read of `key`.
+    pub fn cluster_id(&mut self, key: &str) -> Result<u64, EtcdError> {
+        if let Some(id) = self.cluster_id {
+            return Ok(id);
+        }
+        let key = key.to_string();
+        let response = self.call(|mut kv| {
+            let key = key.clone();
+            async move { kv.get(key, Some(GetOptions::new().with_count_only())).await }
+        })?;
+        let id = response.header().map_or(0, |h| h.cluster_id());
+        self.cluster_id = Some(id);
+        Ok(id)
+    }
+
     /// The pool, its blocks and its reserved addresses at one revision.
     pub fn snapshot(&mut self, keys: &PoolKeys) -> Result<Snapshot, EtcdError> {
         let txn = Txn::new().and_then([
@@ -485,8 +519,10 @@ impl Etcd {
         })?;
         let mut snapshot = Snapshot {
             revision: response.header().map_or(0, |h| h.revision()),
+            cluster_id: response.header().map_or(0, |h| h.cluster_id()),
             ..Snapshot::default()
         };
+        self.cluster_id = Some(snapshot.cluster_id);
         let gets: Vec<_> = response
             .op_responses()
             .into_iter()
@@ -722,6 +758,50 @@ impl Etcd {
         self.call(|mut kv| {
             let (key, value) = (key.clone(), value.clone());
             async move { kv.put(key, value, None).await }
+        })?;
+        Ok(())
+    }
+
+    /// A new lease of `ttl` seconds; its ID.
+    pub fn grant(&mut self, ttl: i64) -> Result<i64, EtcdError> {
+        let response =
+            self.call_client(|client| async move { client.lease_client().grant(ttl, None).await })?;
+        Ok(response.id())
+    }
+
+    /// Refreshes lease `id` once; false when etcd no longer has it (it
+    /// expired).
+    pub fn keep_alive_once(&mut self, id: i64) -> Result<bool, EtcdError> {
+        self.call_client(|client| async move {
+            match client.lease_client().keep_alive(id).await {
+                Ok(_) => Ok(true),
+                // What the client says for a TTL of 0: the lease is gone.
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Revokes lease `id` (its keys go with it).
+    pub fn revoke(&mut self, id: i64) -> Result<(), EtcdError> {
+        self.call_client(|client| async move { client.lease_client().revoke(id).await })?;
+        Ok(())
+    }
+
+    /// Writes `key` attached to lease `id`: it is deleted when the lease
+    /// expires.
+    pub fn put_with_lease(&mut self, key: &str, value: &str, id: i64) -> Result<(), EtcdError> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.call(|mut kv| {
+            let (key, value) = (key.clone(), value.clone());
+            async move {
+                kv.put(
+                    key,
+                    value,
+                    Some(etcd_client::PutOptions::new().with_lease(id)),
+                )
+                .await
+            }
         })?;
         Ok(())
     }

@@ -19,7 +19,11 @@
 //!     block are one key range.
 //! <prefix>/<network>/nodes/<node>             {"leases":3,"blocks":1,"updated":1764633600}
 //!     What the node reported when it last talked to etcd (block claims,
-//!     GC): the operator command reads it.
+//!     GC, and its heartbeat every minute): the operator command reads it;
+//!     `updated` is the node's last sign of life once it is silent.
+//! <prefix>/<network>/alive/<node>             {"since":1764633600,"ttl":30}
+//!     Attached to an etcd lease the node's heartbeat (`liveness`) keeps
+//!     refreshed: present exactly while the node is known alive.
 //! ```
 //!
 //! Network and node names are checked before any key is built from them:
@@ -67,6 +71,15 @@ pub fn check_node(name: &str) -> Result<(), NameError> {
         Ok(())
     } else {
         Err(NameError::Node(name.to_string()))
+    }
+}
+
+/// `prefix` as the pool's keys use it: one trailing slash dropped, so
+/// `/cluster-ipam/` (as etcd users often write it) is `/cluster-ipam`.
+pub fn normalize_prefix(prefix: &str) -> &str {
+    match prefix.strip_suffix('/') {
+        Some(rest) if !rest.is_empty() => rest,
+        _ => prefix,
     }
 }
 
@@ -171,6 +184,17 @@ impl PoolKeys {
     pub fn node(&self, node: &str) -> String {
         format!("{}nodes/{node}", self.root)
     }
+
+    /// The prefix of every liveness key.
+    pub fn alive_prefix(&self) -> String {
+        format!("{}alive/", self.root)
+    }
+
+    /// The node's liveness key: attached to the lease its heartbeat keeps
+    /// refreshed, so it exists exactly while the node is known alive.
+    pub fn alive(&self, node: &str) -> String {
+        format!("{}alive/{node}", self.root)
+    }
 }
 
 /// Fixed-width text of an address whose byte order is the address order:
@@ -233,6 +257,10 @@ mod tests {
             assert!(check_prefix(bad).is_err(), "{bad:?}");
         }
         check_prefix("/cluster-ipam").unwrap();
+        assert_eq!(normalize_prefix("/cluster-ipam/"), "/cluster-ipam");
+        assert_eq!(normalize_prefix("/cluster-ipam"), "/cluster-ipam");
+        assert_eq!(normalize_prefix("/"), "/");
+        assert!(check_prefix(normalize_prefix("/a//")).is_err());
         check_prefix("/k8s/cluster-ipam.v1").unwrap();
     }
 

@@ -20,7 +20,8 @@
 //! [`node_state`] the node's record, [`etcd`] the client (and [`tls_probe`]
 //! for a member that closed a TLS connection), [`pool`] one
 //! call's view of the node's share, [`verbs`] the five verbs, [`admin`]
-//! the operator command's logic.
+//! the operator command's logic, [`liveness`] the heartbeat a node agent
+//! keeps so that the node is known alive.
 
 pub mod admin;
 pub mod blocks;
@@ -28,6 +29,7 @@ pub mod config;
 pub mod error;
 pub mod etcd;
 pub mod keys;
+pub mod liveness;
 pub mod node_state;
 pub mod plugin;
 pub mod pool;

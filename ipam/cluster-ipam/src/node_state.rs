@@ -10,7 +10,15 @@
 //!  "unreleased":[]}
 //! ```
 //!
-//! - `blocks`: the blocks this node holds, each with the revision etcd
+//! - `pool`: the pool the record belongs to: the etcd cluster's ID (hex,
+//!   learned at the first answer from etcd), the key prefix, the network
+//!   and the endpoints last used. A record that holds anything (blocks,
+//!   reservations, a pending claim) serves only that pool: another prefix
+//!   or network, or endpoints that turn out to reach another etcd cluster,
+//!   is [`StateError::OtherPool`] (code 7), never a mix of two pools. A
+//!   record holding nothing follows the configuration. Records written
+//!   before this key existed get it at their next write.
+//! - `blocks`: the blocks this node holds, each listed once, each with the revision etcd
 //!   created its key at (what a release compares) and the addresses that
 //!   were reserved cluster-wide inside it when it was claimed.
 //! - `claimPending`: set before a claim is sent and cleared once it is
@@ -19,6 +27,10 @@
 //!   Without etcd, `settleAfter` holds further tries off for a while.
 //! - `clusterIps`: requested addresses outside the node's blocks, reserved
 //!   in etcd under `ips/`; DEL deletes their keys.
+//! - `revoked`: blocks this node held that etcd no longer gives it (an
+//!   operator released them while the node was silent), found when the
+//!   node next read the pool: never handed out from again; STATUS reports
+//!   them while pods hold addresses in them.
 //! - `unreleased`: such keys whose delete failed (etcd down at DEL), sent
 //!   again at the next call that reaches etcd.
 //!
@@ -59,6 +71,76 @@ pub enum StateError {
         recorded: String,
         configured: String,
     },
+    /// The configuration names another pool than the one the node's
+    /// blocks came from.
+    #[error("{path} holds blocks of the pool in {recorded}, but this configuration names {configured}: \
+             using them in another pool would hand out addresses twice. Restore the previous etcd settings \
+             (endpoints, prefix), or remove this network's pods from the node and move {path} away to start in the new pool")]
+    OtherPool {
+        path: PathBuf,
+        recorded: String,
+        configured: String,
+    },
+}
+
+/// Which pool a record belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolIdentity {
+    /// The etcd cluster's ID as hex (etcdctl's spelling), once etcd has
+    /// answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// Normalized: no trailing slash.
+    pub prefix: String,
+    pub network: String,
+    /// The endpoints last used, sorted, without trailing slashes: other
+    /// endpoints are checked to reach the same cluster before the blocks
+    /// are used again.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+}
+
+impl PoolIdentity {
+    pub fn new(prefix: &str, network: &str, endpoints: &[String]) -> PoolIdentity {
+        PoolIdentity {
+            cluster_id: None,
+            prefix: prefix.to_string(),
+            network: network.to_string(),
+            endpoints: normalized_endpoints(endpoints),
+        }
+    }
+
+    /// The same prefix and network (the cluster is compared separately).
+    pub fn same_keys(&self, other: &PoolIdentity) -> bool {
+        self.prefix == other.prefix && self.network == other.network
+    }
+}
+
+/// An etcd cluster ID as etcdctl prints it.
+pub fn cluster_id_text(id: u64) -> String {
+    format!("{id:x}")
+}
+
+/// Endpoints compared as a set, `http://a:1/` as `http://a:1`.
+pub fn normalized_endpoints(endpoints: &[String]) -> Vec<String> {
+    let mut list: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.trim_end_matches('/').to_string())
+        .collect();
+    list.sort();
+    list.dedup();
+    list
+}
+
+impl std::fmt::Display for PoolIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cluster_id {
+            Some(id) => write!(f, "etcd cluster {id}")?,
+            None => write!(f, "etcd at {}", self.endpoints.join(","))?,
+        }
+        write!(f, ", prefix {}, network {}", self.prefix, self.network)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +149,18 @@ pub struct HeldBlock {
     pub revision: i64,
     #[serde(default)]
     pub reserved: Vec<IpAddr>,
+}
+
+/// A block etcd no longer gives this node (an operator released it while
+/// the node was silent): never handed out from again; kept while pods
+/// hold addresses in it, which STATUS reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevokedBlock {
+    pub cidr: IpNetwork,
+    pub revision: i64,
+    /// Unix seconds when the node found out.
+    pub found: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +186,8 @@ impl ClusterIp {
 pub struct NodeState {
     pub version: u32,
     pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolIdentity>,
     #[serde(default)]
     pub blocks: Vec<HeldBlock>,
     #[serde(default)]
@@ -105,6 +201,8 @@ pub struct NodeState {
     pub cluster_ips: Vec<ClusterIp>,
     #[serde(default)]
     pub unreleased: Vec<ClusterIp>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<RevokedBlock>,
 }
 
 impl NodeState {
@@ -112,11 +210,13 @@ impl NodeState {
         NodeState {
             version: STATE_VERSION,
             node: node.to_string(),
+            pool: None,
             blocks: Vec::new(),
             claim_pending: false,
             settle_after: 0,
             cluster_ips: Vec::new(),
             unreleased: Vec::new(),
+            revoked: Vec::new(),
         }
     }
 
@@ -147,10 +247,11 @@ impl NodeState {
                 })
             }
         };
-        let state: NodeState = serde_json::from_slice(&text).map_err(|e| StateError::Corrupt {
-            path: path.clone(),
-            detail: e.to_string(),
-        })?;
+        let mut state: NodeState =
+            serde_json::from_slice(&text).map_err(|e| StateError::Corrupt {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
         if state.version != STATE_VERSION {
             return Err(StateError::Corrupt {
                 path,
@@ -167,7 +268,29 @@ impl NodeState {
                 configured: node.to_string(),
             });
         }
+        // Records of earlier versions may list a block twice (issue 30):
+        // its addresses would overlap themselves and the node would claim
+        // a block at every ADD.
+        let before = state.blocks.len();
+        let mut seen = std::collections::HashSet::new();
+        state.blocks.retain(|b| seen.insert(b.cidr));
+        if state.blocks.len() != before {
+            log::warn!(
+                "{}: {} duplicate block entries dropped",
+                path.display(),
+                before - state.blocks.len()
+            );
+        }
         Ok(state)
+    }
+
+    /// Whether the record holds anything of its pool: then it may serve
+    /// that pool only.
+    pub fn holds_anything(&self) -> bool {
+        !self.blocks.is_empty()
+            || !self.cluster_ips.is_empty()
+            || !self.unreleased.is_empty()
+            || self.claim_pending
     }
 
     /// Writes the state atomically. Call with the store lock held.

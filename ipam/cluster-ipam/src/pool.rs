@@ -30,7 +30,9 @@ use crate::blocks;
 use crate::config::ClusterConfig;
 use crate::error::Error;
 use crate::etcd::{Claim, Etcd, IpReservation, NodeReport, Snapshot};
-use crate::node_state::{ClusterIp, HeldBlock, NodeState};
+use crate::node_state::{
+    self, ClusterIp, HeldBlock, NodeState, PoolIdentity, RevokedBlock, StateError,
+};
 
 /// Claims lost to other nodes before giving up: each loss means another
 /// node took a block in between, so this many in one call means a storm.
@@ -51,6 +53,8 @@ pub struct PoolSession<'a> {
     pub locked: LockedStore<'a>,
     pub state: NodeState,
     etcd: Option<Etcd>,
+    /// Whether etcd was found to be the record's cluster in this call.
+    bound: bool,
 }
 
 impl<'a> PoolSession<'a> {
@@ -62,18 +66,141 @@ impl<'a> PoolSession<'a> {
     ) -> Result<PoolSession<'a>, Error> {
         let locked = store.lock(range_sets)?;
         let state = NodeState::load(store.dir(), &cluster.node)?;
-        Ok(PoolSession {
+        let mut session = PoolSession {
             cluster,
             store_dir: store.dir().to_path_buf(),
             locked,
             state,
             etcd: None,
+            bound: false,
+        };
+        session.bind_keys()?;
+        Ok(session)
+    }
+
+    /// The pool this configuration names (its cluster is learned from etcd).
+    fn configured_pool(&self) -> PoolIdentity {
+        PoolIdentity::new(
+            &self.cluster.etcd.prefix,
+            &self.cluster.store.network,
+            &self.cluster.etcd.endpoints,
+        )
+    }
+
+    fn other_pool(&self, recorded: &PoolIdentity, configured: &PoolIdentity) -> Error {
+        Error::State(StateError::OtherPool {
+            path: NodeState::path(&self.store_dir),
+            recorded: recorded.to_string(),
+            configured: configured.to_string(),
         })
     }
 
+    /// Holds the record to its pool's prefix and network, without etcd.
+    /// A record holding nothing (or written before the identity existed)
+    /// takes the configured pool, saved with the next write; endpoints
+    /// other than the recorded ones are checked to reach the recorded
+    /// cluster before any block is used.
+    fn bind_keys(&mut self) -> Result<(), Error> {
+        let configured = self.configured_pool();
+        let recorded = match self.state.pool.clone() {
+            Some(recorded) if self.state.holds_anything() => recorded,
+            _ => {
+                self.state.pool = Some(configured);
+                return Ok(());
+            }
+        };
+        if !recorded.same_keys(&configured) {
+            return Err(self.other_pool(&recorded, &configured));
+        }
+        if recorded.endpoints != configured.endpoints && recorded.cluster_id.is_none() {
+            if let Some(pool) = self.state.pool.as_mut() {
+                pool.endpoints = configured.endpoints;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before the node's blocks hand out an address: endpoints other than
+    /// the recorded ones must reach the recorded etcd cluster (asked once,
+    /// then recorded); another cluster is [`StateError::OtherPool`]. When
+    /// they cannot be reached the blocks serve on (an outage must not stop
+    /// ADDs inside them; every write to etcd checks the cluster first) and
+    /// the next call asks again. Calls that only release (DEL, GC) do not
+    /// wait for etcd here.
+    pub fn check_endpoints(&mut self) -> Result<(), Error> {
+        let configured = self.configured_pool();
+        let changed = self
+            .state
+            .pool
+            .as_ref()
+            .is_some_and(|p| p.endpoints != configured.endpoints);
+        if !changed || now_secs() < self.state.settle_after {
+            return Ok(());
+        }
+        match self.etcd() {
+            Ok(_) => {}
+            Err(Error::Etcd(e)) => {
+                log::warn!(
+                    "network {}: the configured etcd endpoints differ from the recorded ones and \
+                     cannot tell their cluster now ({e}); serving from the node's blocks \
+                     (asked again in {SETTLE_PAUSE_SECS} s)",
+                    self.cluster.store.network
+                );
+                // As for a pending claim: an outage costs one ADD a wait.
+                self.state.settle_after = now_secs() + SETTLE_PAUSE_SECS;
+                return self.save();
+            }
+            Err(e) => return Err(e),
+        }
+        if let Some(pool) = self.state.pool.as_mut() {
+            pool.endpoints = configured.endpoints;
+        }
+        self.save()
+    }
+
+    /// Holds the record to the etcd cluster that answered (`id`): the
+    /// first answer names the cluster of a record that has none yet.
+    fn bind_cluster(&mut self, id: u64) -> Result<(), Error> {
+        let id = node_state::cluster_id_text(id);
+        let configured = self.configured_pool();
+        let holds = self.state.holds_anything();
+        let pool = self.state.pool.get_or_insert_with(|| configured.clone());
+        match &pool.cluster_id {
+            Some(recorded) if *recorded == id => {}
+            Some(_) if holds => {
+                let recorded = pool.clone();
+                let configured = PoolIdentity {
+                    cluster_id: Some(id),
+                    ..configured
+                };
+                return Err(self.other_pool(&recorded, &configured));
+            }
+            _ => {
+                *pool = PoolIdentity {
+                    cluster_id: Some(id),
+                    ..configured
+                };
+                self.save()?;
+            }
+        }
+        self.bound = true;
+        Ok(())
+    }
+
     /// The etcd connection, made on first use: calls that stay on the node
-    /// never build the client or its runtime.
+    /// never build the client or its runtime. Before it is handed out, the
+    /// cluster it reaches is checked to be the record's (one count-only
+    /// read, unless a snapshot already told).
     pub fn etcd(&mut self) -> Result<&mut Etcd, Error> {
+        if !self.bound {
+            let key = self.cluster.keys.pool();
+            let id = self.client()?.cluster_id(&key)?;
+            self.bind_cluster(id)?;
+        }
+        self.client()
+    }
+
+    fn client(&mut self) -> Result<&mut Etcd, Error> {
         if self.etcd.is_none() {
             self.etcd = Some(Etcd::new(&self.cluster.etcd, &self.cluster.node)?);
         }
@@ -81,6 +208,16 @@ impl<'a> PoolSession<'a> {
         self.etcd
             .as_mut()
             .ok_or_else(|| Error::Internal("etcd client missing".into()))
+    }
+
+    /// The pool in etcd, once its cluster is checked to be the record's.
+    pub fn snapshot(&mut self) -> Result<Snapshot, Error> {
+        let keys = self.cluster.keys.clone();
+        let snapshot = self.client()?.snapshot(&keys)?;
+        if !self.bound {
+            self.bind_cluster(snapshot.cluster_id)?;
+        }
+        Ok(snapshot)
     }
 
     pub fn save(&self) -> Result<(), Error> {
@@ -127,6 +264,67 @@ impl<'a> PoolSession<'a> {
         adopted
     }
 
+    /// Moves out of the held blocks every block `snapshot` no longer
+    /// gives this node (deleted, another owner, or claimed again since):
+    /// an operator released it while the node was silent, and another
+    /// node may hand its addresses out now. Returns them. Saved by the
+    /// caller.
+    pub fn drop_released(&mut self, snapshot: &Snapshot) -> Vec<IpNetwork> {
+        let node = &self.cluster.node;
+        let still = |held: &HeldBlock| {
+            snapshot.blocks.iter().any(|c| {
+                c.cidr == held.cidr && c.node == *node && c.create_revision == held.revision
+            })
+        };
+        let (kept, gone): (Vec<HeldBlock>, Vec<HeldBlock>) = std::mem::take(&mut self.state.blocks)
+            .into_iter()
+            .partition(|b| still(b));
+        self.state.blocks = kept;
+        let found = now_secs();
+        for block in &gone {
+            log::warn!(
+                "network {}: block {} was released in etcd while this node was silent; \
+                 no address of it is handed out again",
+                self.cluster.store.network,
+                block.cidr
+            );
+            self.state.revoked.push(RevokedBlock {
+                cidr: block.cidr,
+                revision: block.revision,
+                found,
+            });
+        }
+        gone.into_iter().map(|b| b.cidr).collect()
+    }
+
+    /// When the node's heartbeat has let its lease lapse (see
+    /// [`crate::liveness::ALIVE_FILE`]), reads the pool and drops the
+    /// blocks released meanwhile before any is used. Without etcd the
+    /// blocks serve on (nobody can release them through an etcd the node
+    /// cannot reach either, short of a partition), with a warning.
+    pub fn check_released_if_silent(&mut self) -> Result<(), Error> {
+        if self.state.blocks.is_empty() || !crate::liveness::heartbeat_lapsed(&self.store_dir) {
+            return Ok(());
+        }
+        match self.snapshot() {
+            Ok(snapshot) => {
+                if !self.drop_released(&snapshot).is_empty() {
+                    self.save()?;
+                }
+                Ok(())
+            }
+            Err(Error::Etcd(e)) => {
+                log::warn!(
+                    "network {}: this node's heartbeat has lapsed and etcd cannot tell whether its \
+                     blocks were released meanwhile ({e}); serving from them",
+                    self.cluster.store.network
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Addresses the node's blocks of `set` hand out, taken or not.
     fn room(&self, set: &RangeSet) -> u128 {
         self.node_set(set)
@@ -155,14 +353,15 @@ impl<'a> PoolSession<'a> {
         if !self.state.claim_pending || now_secs() < self.state.settle_after {
             return Ok(());
         }
-        let keys = self.cluster.keys.clone();
-        match self.etcd()?.snapshot(&keys) {
+        match self.snapshot() {
             Ok(snapshot) => {
+                self.drop_released(&snapshot);
                 self.adopt(&snapshot);
                 self.refresh_reserved(&snapshot);
                 self.state.claim_pending = false;
                 self.save()
             }
+            Err(e @ Error::State(_)) => Err(e),
             Err(e) => {
                 log::warn!(
                     "a block claim was interrupted and etcd cannot be read to settle it \
@@ -195,11 +394,15 @@ impl<'a> PoolSession<'a> {
         let family = set.family();
         let prefix = self.cluster.grid.prefix(family);
         for _ in 0..MAX_CLAIM_ROUNDS {
-            let snapshot = self.etcd()?.snapshot(&keys)?;
+            let snapshot = self.snapshot()?;
             self.check_grid(&snapshot)?;
+            let released = self.drop_released(&snapshot).len();
             let room_before = self.room(set);
             let adopted = self.adopt(&snapshot);
             let freed = self.refresh_reserved(&snapshot);
+            if released > 0 {
+                self.save()?;
+            }
             if adopted > 0 || freed > 0 {
                 self.state.claim_pending = false;
                 self.save()?;
@@ -207,7 +410,17 @@ impl<'a> PoolSession<'a> {
                     return Ok(());
                 }
             }
-            let taken: HashSet<IpNetwork> = snapshot.blocks.iter().map(|b| b.cidr).collect();
+            // The node's own blocks count as taken whatever etcd says: a
+            // block is listed once in a record. So do the blocks released
+            // under it: their addresses may still be its pods' (and
+            // another node's now), so it never hands them out again.
+            let taken: HashSet<IpNetwork> = snapshot
+                .blocks
+                .iter()
+                .map(|b| b.cidr)
+                .chain(self.state.blocks.iter().map(|b| b.cidr))
+                .chain(self.state.revoked.iter().map(|r| r.cidr))
+                .collect();
             let reserved: Vec<IpAddr> = snapshot.ips.iter().map(|r| r.ip).collect();
             let Some(block) = blocks::free_block(
                 set,
@@ -243,7 +456,7 @@ impl<'a> PoolSession<'a> {
                 }
             };
             match claim {
-                Claim::Claimed(revision) => {
+                Claim::Claimed(revision) if !self.state.holds(block) => {
                     self.state.blocks.push(HeldBlock {
                         cidr: block,
                         revision,
@@ -261,6 +474,11 @@ impl<'a> PoolSession<'a> {
                     self.retry_unreleased();
                     self.report_best_effort();
                     return Ok(());
+                }
+                Claim::Claimed(_) => {
+                    return Err(Error::Internal(format!(
+                        "claimed block {block}, which this node already holds"
+                    )))
                 }
                 Claim::Lost => {
                     // Left pending: if the claim did land (its answer was

@@ -2,27 +2,8 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use serde_json::json;
-
-fn admin(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(ADMIN)
-        // The nodes' lease folders are scratch folders the policy allows,
-        // as the plugin's own runs do.
-        .env(libcni::confine::POLICY_ENV, scratch_policy())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("cluster-ipam-admin runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn show_lists_blocks_and_owners_and_release_node_refuses_a_busy_node() {

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use libcni::go_compat::{fold_keys, Shape};
+use libcni::plugin_conf::int_in_range;
 
 use crate::options::{parse_option_name, OptionError, SentOption, MAX_OPTION_VALUE_BYTES};
 
@@ -44,6 +45,8 @@ pub enum ConfigError {
     MissingIpam,
     #[error(transparent)]
     Option(#[from] OptionError),
+    #[error("invalid ipam.priority {0}: must be an integer from 0 to 4294967295 (a route metric)")]
+    BadPriority(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,8 +63,10 @@ struct IpamSection {
     provide: Option<Vec<ProvideEntry>>,
     #[serde(default)]
     request: Option<Vec<RequestEntry>>,
+    /// Any JSON, checked with [`int_in_range`] so that every bad value
+    /// gets a message naming the key and the range.
     #[serde(default)]
-    priority: Option<u32>,
+    priority: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -141,7 +146,11 @@ impl DhcpConfig {
                 .unwrap_or_else(|| DEFAULT_SOCKET_PATH.to_string()),
             sent,
             requested,
-            priority: ipam.priority.unwrap_or(0),
+            priority: int_in_range(ipam.priority.as_ref(), 0..=u64::from(u32::MAX))
+                .map_err(|e| ConfigError::BadPriority(e.0))?
+                // Within u32 by the range above.
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(0),
         })
     }
 }
@@ -198,6 +207,27 @@ mod tests {
         assert_eq!(conf.requested, [3, 1]);
         assert!(conf.sent.is_empty());
         assert_eq!(conf.priority, 0);
+    }
+
+    #[test]
+    fn priority_is_a_route_metric_up_to_u32_max() {
+        let top = load(r#"{"type":"dhcp","priority":4294967295}"#, "").unwrap();
+        assert_eq!(top.priority, u32::MAX);
+        for (bad, shown) in [
+            ("-1", "-1"),
+            ("4294967296", "4294967296"),
+            ("\"7\"", "(a string)"),
+        ] {
+            let error = load(&format!(r#"{{"type":"dhcp","priority":{bad}}}"#), "").unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("invalid ipam.priority {shown}: must be an integer from 0 to 4294967295 (a route metric)")
+            );
+            assert_eq!(
+                crate::error::DhcpError::from(error).code(),
+                libcni::error::ErrorCode::InvalidNetworkConfig
+            );
+        }
     }
 
     #[test]
@@ -262,7 +292,7 @@ mod tests {
             .starts_with("value too long for option \"12\""));
         assert!(matches!(
             load(r#"{"priority":"x"}"#, ""),
-            Err(ConfigError::Decode(_))
+            Err(ConfigError::BadPriority(_))
         ));
         let missing = DhcpConfig::load(br#"{"name":"n"}"#, "").unwrap_err();
         assert!(matches!(missing, ConfigError::MissingIpam));

@@ -23,6 +23,7 @@
 //! keeps it and blocks the next call for that client); `DHCP.Check`,
 //! `DHCP.GC` and `DHCP.Status` exist.
 
+use nix::unistd::Gid;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
@@ -57,6 +58,8 @@ pub struct Flags {
     pub pidfile: String,
     pub host_prefix: String,
     pub socket_path: String,
+    /// `-socketgroup`: a group name or number; empty is root only.
+    pub socket_group: String,
     pub state_dir: String,
     pub timing: Timing,
     pub broadcast: bool,
@@ -68,6 +71,7 @@ impl Default for Flags {
             pidfile: String::new(),
             host_prefix: String::new(),
             socket_path: String::new(),
+            socket_group: String::new(),
             state_dir: DEFAULT_STATE_DIR.to_string(),
             timing: Timing {
                 timeout: Duration::from_secs(10),
@@ -90,6 +94,9 @@ const USAGE: &str = "Usage of daemon:
     \toptional dhcp client resend max duration (default 1m2s)
   -resendtimeout duration
     \toptional dhcp client resend timeout duration (default 3m28s)
+  -socketgroup string
+    \tgroup (name or number) whose processes may use the socket: 0660 and
+    \tserved when their effective group is it (default: root only, 0600)
   -socketpath string
     \toptional dhcp server socketpath
   -statedir string
@@ -165,6 +172,7 @@ pub fn parse_flags(args: &[String]) -> Result<Flags, String> {
             "pidfile",
             "hostprefix",
             "socketpath",
+            "socketgroup",
             "statedir",
             "timeout",
             "resendmax",
@@ -194,6 +202,7 @@ pub fn parse_flags(args: &[String]) -> Result<Flags, String> {
             "pidfile" => flags.pidfile = value,
             "hostprefix" => flags.host_prefix = value,
             "socketpath" => flags.socket_path = value,
+            "socketgroup" => flags.socket_group = value,
             "statedir" => flags.state_dir = value,
             "timeout" => flags.timing.timeout = duration(&value)?,
             "resendmax" => flags.timing.resend_max = duration(&value)?,
@@ -561,7 +570,7 @@ fn network_name(stdin: &[u8]) -> Result<String, String> {
 }
 
 /// The listening socket: systemd's, or a new one at the socket path.
-fn listener(flags: &Flags) -> Result<(UnixListener, Option<PathBuf>), String> {
+fn listener(flags: &Flags, group: Option<Gid>) -> Result<(UnixListener, Option<PathBuf>), String> {
     // As systemd's protocol says, the sockets are ours only when
     // LISTEN_PID names this process (not a parent that passed the
     // variables on).
@@ -600,7 +609,7 @@ fn listener(flags: &Flags) -> Result<(UnixListener, Option<PathBuf>), String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("Error removing old socket {}: {e}", path.display())),
     }
-    let listener = bind_private(&path)
+    let listener = bind_private(&path, group)
         .map_err(|e| format!("Error getting listener: {}: {e}", path.display()))?;
     Ok((listener, Some(path)))
 }
@@ -609,28 +618,73 @@ fn listener(flags: &Flags) -> Result<(UnixListener, Option<PathBuf>), String> {
 /// can make the daemon (root) run DHCP in any namespace path. The umask is
 /// set around the bind, so the socket is never more open, and the mode is
 /// set explicitly after it; only the main thread runs at this point.
-fn bind_private(path: &Path) -> io::Result<UnixListener> {
+fn bind_private(path: &Path, group: Option<Gid>) -> io::Result<UnixListener> {
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
     let bound = UnixListener::bind(path);
     nix::sys::stat::umask(old);
     let listener = bound?;
-    fs::set_permissions(path, fs::Permissions::from_mode(SOCKET_MODE))?;
+    // The group first, then the group's bits: never open to a group
+    // that is not the configured one.
+    let mode = match group {
+        Some(gid) => {
+            nix::unistd::chown(path, None, Some(gid)).map_err(io::Error::from)?;
+            GROUP_SOCKET_MODE
+        }
+        None => SOCKET_MODE,
+    };
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
 
 /// The socket's mode: root (the runtime) only.
 pub const SOCKET_MODE: u32 = 0o600;
+/// The socket's mode with `-socketgroup`: root and that group.
+pub const GROUP_SOCKET_MODE: u32 = 0o660;
+
+/// `-socketgroup`'s group: a number, or a name in `/etc/group`; empty is
+/// none.
+fn socket_group(value: &str) -> Result<Option<Gid>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(number) = value.parse::<u32>() {
+        return Ok(Some(Gid::from_raw(number)));
+    }
+    // /etc/group itself rather than NSS: a statically linked glibc build
+    // crashes in getgrnam (NSS modules cannot be loaded), and a group for
+    // a root daemon's socket is a local one.
+    let text = fs::read_to_string("/etc/group")
+        .map_err(|e| format!("-socketgroup {value:?}: cannot read /etc/group: {e}"))?;
+    let gid = text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let gid = fields.nth(1)?;
+        (name == value).then(|| gid.parse::<u32>().ok()).flatten()
+    });
+    match gid {
+        Some(gid) => Ok(Some(Gid::from_raw(gid))),
+        None => Err(format!(
+            "-socketgroup {value:?}: no such group in /etc/group"
+        )),
+    }
+}
 
 /// Whether the peer may be served: only uid 0 (the runtime runs plugins
 /// as root). Checked on every connection, whatever the socket's mode
 /// (systemd's socket, or one an administrator opened up).
-fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+fn peer_allowed(stream: &UnixStream, group: Option<Gid>) -> Result<(), String> {
     let creds = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
-    if creds.uid() != 0 {
+    let in_group = group.is_some_and(|gid| gid.as_raw() == creds.gid());
+    if creds.uid() != 0 && !in_group {
+        let who = match group {
+            Some(gid) => format!("root and group {gid}"),
+            None => "root".to_string(),
+        };
         return Err(format!(
-            "refused a connection from uid {} (pid {}): only root is served",
+            "refused a connection from uid {} gid {} (pid {}): only {who} are served",
             creds.uid(),
+            creds.gid(),
             creds.pid()
         ));
     }
@@ -704,7 +758,14 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     }
-    let (listener, socket) = match listener(&flags) {
+    let group = match socket_group(&flags.socket_group) {
+        Ok(group) => group,
+        Err(msg) => {
+            log::error!("{msg}");
+            return 1;
+        }
+    };
+    let (listener, socket) = match listener(&flags, group) {
         Ok(found) => found,
         Err(msg) => {
             log::error!("{msg}");
@@ -721,7 +782,7 @@ pub fn main(args: &[String]) -> i32 {
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
-                if let Err(msg) = peer_allowed(&stream) {
+                if let Err(msg) = peer_allowed(&stream, group) {
                     log::warn!("{msg}");
                     continue;
                 }

@@ -46,6 +46,9 @@ pub enum DhcpError {
     },
     #[error("DHCP lease {leased} is not in prevResult for interface {ifname}")]
     LeaseMismatch { leased: IpAddr, ifname: String },
+    /// `ipam.daemonSocketPath` outside the state folders or through a link.
+    #[error(transparent)]
+    Socket(#[from] libcni::confine::ConfineError),
 }
 
 impl DhcpError {
@@ -62,9 +65,10 @@ impl DhcpError {
     pub fn code(&self) -> ErrorCode {
         match self {
             DhcpError::Config(e) => match e {
-                ConfigError::Decode(_) | ConfigError::MissingIpam | ConfigError::Option(_) => {
-                    ErrorCode::InvalidNetworkConfig
-                }
+                ConfigError::Decode(_)
+                | ConfigError::MissingIpam
+                | ConfigError::Option(_)
+                | ConfigError::BadPriority(_) => ErrorCode::InvalidNetworkConfig,
             },
             DhcpError::Conf(e) => e.to_cni_error().code,
             DhcpError::PrevResult(e) => match e {
@@ -77,6 +81,8 @@ impl DhcpError {
             DhcpError::Unavailable { .. } => ErrorCode::NotAvailable,
             DhcpError::Call { .. } => ErrorCode::Internal,
             DhcpError::LeaseMismatch { .. } => ErrorCode::Internal,
+            DhcpError::Socket(libcni::confine::ConfineError::Io { .. }) => ErrorCode::Io,
+            DhcpError::Socket(_) => ErrorCode::InvalidNetworkConfig,
         }
     }
 }

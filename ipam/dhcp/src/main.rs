@@ -49,6 +49,7 @@ mod lease;
 mod options;
 mod packet;
 mod rpc;
+mod socket_path;
 
 use std::path::{Path, PathBuf};
 
@@ -90,6 +91,7 @@ fn call_args(args: &CmdArgs) -> CallArgs {
 }
 
 fn call(socket: &str, method: &'static str, args: &CmdArgs) -> Result<Value, DhcpError> {
+    socket_path::confine(socket)?;
     rpc::call(Path::new(socket), method, &call_args(args))
         .map_err(|e| DhcpError::from_call(method, e))
 }
@@ -101,6 +103,7 @@ fn call_ours(
     method: &'static str,
     args: &CmdArgs,
 ) -> Result<Option<Value>, DhcpError> {
+    socket_path::confine(socket)?;
     match rpc::call(Path::new(socket), method, &call_args(args)) {
         Ok(value) => Ok(Some(value)),
         Err(e) if e.is_unknown_method() => {
@@ -184,6 +187,7 @@ impl Plugin for Dhcp {
 
     fn status(&self, args: &CmdArgs) -> Result<(), DhcpError> {
         let socket = config::socket_path(&args.stdin_data)?;
+        socket_path::confine(&socket)?;
         match rpc::call(Path::new(&socket), rpc::METHOD_STATUS, &call_args(args)) {
             Ok(_) => Ok(()),
             // The Go daemon answered: it is there.

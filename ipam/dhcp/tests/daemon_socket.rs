@@ -130,3 +130,125 @@ fn the_socket_is_0600_under_umask_000_and_only_root_is_served() {
         "root is still served"
     );
 }
+
+/// In a forked child with group `gid` and uid 65534 (nobody): 0 when the
+/// daemon served it (its 405 reply), 1 when the connection was closed
+/// unserved, 2 when it could not connect (permission), 3 when the switch
+/// failed, 4 for anything else.
+fn as_nobody_in_group(gid: u32, socket: &Path) -> i32 {
+    // SAFETY: the child only switches user, talks to the socket and exits.
+    match unsafe { nix::unistd::fork() }.expect("fork") {
+        nix::unistd::ForkResult::Child => {
+            let status = if nix::unistd::setgroups(&[]).is_err()
+                || nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)).is_err()
+                || nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).is_err()
+            {
+                3
+            } else {
+                match UnixStream::connect(socket) {
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => 2,
+                    Err(_) => 4,
+                    Ok(stream) => match talk(stream) {
+                        Ok(reply) if reply.starts_with("HTTP/1.0 405") => 0,
+                        Ok(reply) if reply.is_empty() => 1,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::ConnectionReset
+                                    | std::io::ErrorKind::BrokenPipe
+                            ) =>
+                        {
+                            1
+                        }
+                        _ => 4,
+                    },
+                }
+            };
+            // SAFETY: ends the child without running the test harness's
+            // exit handlers.
+            unsafe { libc::_exit(status) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            match nix::sys::wait::waitpid(child, None).expect("waitpid") {
+                nix::sys::wait::WaitStatus::Exited(_, code) => code,
+                other => panic!("the child ended with {other:?}"),
+            }
+        }
+    }
+}
+
+/// `-socketgroup`: the socket is root's and the group's, 0660 under umask
+/// 000; a process whose effective group is it is served, another user
+/// cannot even connect.
+#[test]
+fn with_a_socket_group_the_socket_is_0660_and_only_root_and_the_group_are_served() {
+    use std::os::unix::fs::MetadataExt;
+    const GROUP: u32 = 65533;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("sock");
+    std::fs::create_dir_all(&folder).expect("folder");
+    // The administrator's folder: others may pass through it.
+    for f in [dir.path(), &folder] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let socket = folder.join("dhcp.sock");
+    let mut command = Command::new(ours());
+    command
+        .arg("daemon")
+        .arg("-socketpath")
+        .arg(&socket)
+        .arg("-socketgroup")
+        .arg(GROUP.to_string())
+        .arg("-statedir")
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let _daemon = Running(command.spawn().expect("start the daemon"));
+    assert!(
+        wait_for(Duration::from_secs(10), || ask(&socket).is_ok()),
+        "the daemon listens"
+    );
+    let meta = std::fs::metadata(&socket).expect("socket");
+    assert_eq!(meta.mode() & 0o777, 0o660, "{:o}", meta.mode());
+    assert_eq!((meta.uid(), meta.gid()), (0, GROUP));
+    assert_eq!(as_nobody_in_group(GROUP, &socket), 0, "the group is served");
+    assert_eq!(
+        as_nobody_in_group(65534, &socket),
+        2,
+        "another user cannot connect"
+    );
+    assert!(
+        ask(&socket).expect("root").starts_with("HTTP/1.0 405"),
+        "root is served"
+    );
+}
+
+#[test]
+fn an_unknown_socket_group_stops_the_daemon_before_it_listens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("dhcp.sock");
+    let out = Command::new(ours())
+        .arg("daemon")
+        .arg("-socketpath")
+        .arg(&socket)
+        .arg("-socketgroup")
+        .arg("cni-rs-no-such-group")
+        .arg("-statedir")
+        .arg(dir.path().join("state"))
+        .output()
+        .expect("run the daemon");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-socketgroup \"cni-rs-no-such-group\": no such group in /etc/group"),
+        "{stderr}"
+    );
+    assert!(!socket.exists());
+}

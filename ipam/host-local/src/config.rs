@@ -26,7 +26,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use libcni::plugin_conf::is_valid_cni_name;
+use libcni::plugin_conf::{is_valid_cni_name, millis_in_range};
 use libcni::types::Route;
 use libcni::version::Semver;
 use libcni::IpFamily;
@@ -209,20 +209,8 @@ fn store_config(
 /// `lockTimeoutMs`: absent or `null` is the default; otherwise an integer
 /// within 1..=[`MAX_LOCK_TIMEOUT_MS`].
 fn lock_timeout(value: Option<&Value>) -> Result<Duration, ConfigError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(DEFAULT_LOCK_TIMEOUT);
-    };
-    let ms = value
-        .as_u64()
-        .filter(|ms| (1..=MAX_LOCK_TIMEOUT_MS).contains(ms));
-    ms.map(Duration::from_millis).ok_or_else(|| {
-        let shown = match value {
-            Value::Number(n) => n.to_string(),
-            Value::String(_) => "(a string)".to_string(),
-            _ => "(not a number)".to_string(),
-        };
-        ConfigError::BadLockTimeout(shown)
-    })
+    millis_in_range(value, DEFAULT_LOCK_TIMEOUT, MAX_LOCK_TIMEOUT_MS)
+        .map_err(|e| ConfigError::BadLockTimeout(e.0))
 }
 
 impl StoreConfig {

@@ -40,6 +40,9 @@ pub enum Error {
     Attachment(#[from] AttachmentError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `ipam.dataDir` outside the state folders, or through a link.
+    #[error(transparent)]
+    DataDir(#[from] libcni::confine::ConfineError),
     #[error("failed to read resolvConf {path}: {source}")]
     ResolvConf { path: PathBuf, source: io::Error },
     #[error("failed to allocate for range {set}: {source}")]
@@ -83,6 +86,10 @@ impl Error {
             Error::Args(e) => e.to_cni_error().code,
             Error::Attachment(_) => ErrorCode::InvalidEnvironment,
             Error::Store(e) => store_code(e),
+            Error::DataDir(e) if crate::data_dir::is_config_error(e) => {
+                ErrorCode::InvalidNetworkConfig
+            }
+            Error::DataDir(_) => ErrorCode::Io,
             // A FIFO, a device or an oversized file: the configuration
             // named what it must not.
             Error::ResolvConf { source, .. } if source.kind() == io::ErrorKind::InvalidInput => {

@@ -22,6 +22,7 @@
 pub mod addr;
 pub mod allocator;
 pub mod config;
+pub mod data_dir;
 pub mod dns;
 pub mod error;
 pub mod index;

@@ -31,6 +31,7 @@ use libcni::SpecVersion;
 
 use crate::allocator::{self, allocate};
 use crate::config::{IpamConfig, StoreConfig};
+use crate::data_dir;
 use crate::dns::read_resolv_conf;
 use crate::error::Error;
 use crate::lease::{Attachment, LeaseOwner};
@@ -54,12 +55,14 @@ impl Plugin for HostLocal {
         let cni_args = args.parse_args(&[IP_ARG])?;
         let config = IpamConfig::from_value(args.conf.raw(), cni_args.get(IP_ARG))?;
         let attachment = Attachment::new(&args.container_id, &args.ifname)?;
+        data_dir::confine(&config.store, true)?;
         Ok(AnyResult::V1(add(&config, &attachment)?))
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), Error> {
         let config = StoreConfig::from_value(args.conf.raw())?;
         let attachment = Attachment::new(&args.container_id, &args.ifname)?;
+        data_dir::confine(&config, false)?;
         del(&config, &attachment)
     }
 
@@ -67,11 +70,13 @@ impl Plugin for HostLocal {
         let cni_args = args.parse_args(&[IP_ARG])?;
         let config = IpamConfig::from_value(args.conf.raw(), cni_args.get(IP_ARG))?;
         let attachment = Attachment::new(&args.container_id, &args.ifname)?;
+        data_dir::confine(&config.store, false)?;
         check(&config, &attachment)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let config = StoreConfig::from_value(args.conf.raw())?;
+        data_dir::confine(&config, false)?;
         let raw = args.conf.raw();
         if raw.get(VALID_ATTACHMENTS_KEY).is_none() && raw.get(LEGACY_ATTACHMENTS_KEY).is_none() {
             log::warn!(
@@ -90,6 +95,7 @@ impl Plugin for HostLocal {
 
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
         let config = IpamConfig::from_value(args.conf.raw(), None)?;
+        data_dir::confine(&config.store, false)?;
         status(&config)
     }
 }

@@ -89,6 +89,7 @@ fn a_lock_timeout_outside_its_range_is_code_7() {
 fn in_mount_namespace(script: &str, dir: &Path, conf: &Value, env: &[(&str, &str)]) -> Outcome {
     let conf_file = tempfile::NamedTempFile::new().unwrap();
     fs::write(conf_file.path(), serde_json::to_vec(conf).unwrap()).unwrap();
+    let policy = ScratchPolicy::new();
     let mut cmd = Command::new("unshare");
     cmd.args([
         "--mount",
@@ -102,7 +103,8 @@ fn in_mount_namespace(script: &str, dir: &Path, conf: &Value, env: &[(&str, &str
     .arg(dir)
     .arg(OURS)
     .arg(conf_file.path())
-    .env("CNI_PATH", "/usr/lib/cni");
+    .env("CNI_PATH", "/usr/lib/cni")
+    .env(libcni::confine::POLICY_ENV, policy.path());
     for (k, v) in env {
         cmd.env(k, v);
     }

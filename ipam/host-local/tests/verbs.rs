@@ -666,3 +666,73 @@ fn invalid_configurations_are_code_7() {
     }
     assert!(leases(tmp.path(), "n").is_empty());
 }
+
+/// `ipam.dataDir` is confined to the state folders (issue 28): with Multus
+/// a namespace user writes it, and leases are written and deleted there.
+/// The test's node policy allows only `allowed/`; a folder beside it, a
+/// relative one and a link from `allowed/` to it are refused by every
+/// verb (code 7, naming the key and the policy setting), and nothing is
+/// made. The reference accepts any folder.
+#[test]
+fn a_data_dir_outside_the_state_folders_is_refused_by_every_verb() {
+    let netns = TestNetns::new("v");
+    let tmp = tempfile::tempdir().unwrap();
+    let (allowed, outside) = (tmp.path().join("allowed"), tmp.path().join("outside"));
+    fs::create_dir_all(&allowed).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, allowed.join("link")).unwrap();
+    let policy = tmp.path().join("policy.json");
+    fs::write(&policy, json!({"allow": {"state": [&allowed]}}).to_string()).unwrap();
+    // Not writable by others whatever the umask, or it is refused.
+    fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let run = |command: &str, data: &std::path::Path| {
+        let mut c = conf("1.1.0", "net", data, json!([[{"subnet": "10.1.2.0/24"}]]));
+        c["cni.dev/valid-attachments"] = json!([]);
+        let mut cmd = std::process::Command::new(OURS);
+        cmd.env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "a")
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_NETNS", netns.path())
+            .env("CNI_PATH", "/usr/lib/cni")
+            .env(libcni::confine::POLICY_ENV, &policy)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        run_with_stdin(cmd, &c)
+    };
+    let outside_data = outside.join("leases");
+    for command in ["ADD", "CHECK", "DEL", "GC", "STATUS"] {
+        let (code, msg) = run(command, &outside_data).err();
+        assert_eq!(code, 7, "{command}: {msg}");
+        assert_eq!(
+            msg,
+            format!(
+                "ipam.dataDir {outside_data:?} is outside the folders allowed for state \
+                 (/var/lib/cni, /run/cni, {}); the node's administrator can allow a folder \
+                 with \"allow\": {{\"state\": [\"/folder\"]}} in {}",
+                allowed.display(),
+                policy.display()
+            ),
+            "{command}"
+        );
+        let (code, msg) = run(command, std::path::Path::new("leases")).err();
+        assert_eq!(code, 7, "{command}: {msg}");
+        assert!(msg.contains("must be an absolute path"), "{command}: {msg}");
+        let (code, msg) = run(command, &allowed.join("link")).err();
+        assert_eq!(code, 7, "{command}: {msg}");
+        assert!(
+            msg.contains("is reached through a symbolic link"),
+            "{command}: {msg}"
+        );
+    }
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    // Inside the allowed folder, the same configuration works.
+    let inside = allowed.join("leases");
+    run("ADD", &inside).ok();
+    assert_eq!(
+        leases(&inside, "net"),
+        std::collections::BTreeSet::from(["10.1.2.2".to_string()])
+    );
+    run("DEL", &inside).ok();
+}

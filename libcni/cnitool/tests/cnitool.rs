@@ -612,6 +612,10 @@ fn help_describes_arguments_and_shows_options_only_where_they_apply() {
 /// reference names the field, and ADD changes nothing in the pod.
 #[test]
 fn type_errors_name_the_key_path() {
+    // The plugins run in a "host" namespace of the test's: bridge makes its
+    // bridge before host-local reads the bad range, and in the machine's
+    // own namespace that left `cnitestbr7` behind after every run.
+    let host = TestNetns::new("ct-type-h");
     let pod = TestNetns::new("ct-type");
     let pod_path = pod.path().display().to_string();
     let cases = [
@@ -647,7 +651,7 @@ fn type_errors_name_the_key_path() {
             "10-typed.conflist",
             &json!({"cniVersion": "1.0.0", "name": "typed", "plugins": [plugin]}),
         );
-        let out = setup.cnitool(None, &bin_dir(), &["add", "typed", &pod_path]);
+        let out = setup.cnitool(Some(&host), &bin_dir(), &["add", "typed", &pod_path]);
         assert_eq!(out.status.code(), Some(1), "{plugin}");
         // cnitool's own message is the last line; plugins' log lines,
         // which also go to stderr, come before it.

@@ -11,6 +11,7 @@ fn places(dir: &Path) -> Places {
             state: allowed.clone(),
             credentials: allowed,
         },
+        ..Policy::default()
     };
     Places::with_policy(policy, "/etc/cni/cni-rs-policy.json")
 }
@@ -192,6 +193,62 @@ fn the_policy_file_is_parsed_strictly_and_must_be_roots() {
             "must be an absolute folder",
         ),
         (r#"{"allow":{"logs":["/"]}}"#, "must be an absolute folder"),
+    ] {
+        let e = Policy::parse(text.as_bytes()).unwrap_err();
+        assert!(e.contains(reason), "{text}: {e}");
+    }
+}
+
+#[test]
+fn cluster_ipam_pins_are_parsed_and_checked() {
+    let policy = Policy::parse(
+        br#"{"clusterIpam":{"endpoints":["https://10.0.0.11:2379"],"prefix":"/cluster-ipam",
+            "nodeName":"gpu-node-7","caFile":"/etc/cni/cluster-ipam/ca.pem",
+            "username":"cni","passwordFile":"/etc/cni/cluster-ipam/password"}}"#,
+    )
+    .unwrap();
+    let pin = policy.cluster_ipam.expect("the section");
+    assert_eq!(
+        pin.endpoints.as_deref(),
+        Some(&["https://10.0.0.11:2379".to_string()][..])
+    );
+    assert_eq!(pin.prefix.as_deref(), Some("/cluster-ipam"));
+    assert_eq!(pin.node_name.as_deref(), Some("gpu-node-7"));
+    assert_eq!(
+        pin.ca_file.as_deref(),
+        Some(Path::new("/etc/cni/cluster-ipam/ca.pem"))
+    );
+    assert_eq!(pin.cert_file, None);
+    assert_eq!(pin.username.as_deref(), Some("cni"));
+    // Only the node name: allowed, the rest stays the configuration's.
+    let only_node = Policy::parse(br#"{"clusterIpam":{"nodeName":"n1"}}"#).unwrap();
+    assert_eq!(
+        only_node.cluster_ipam.unwrap().node_name.as_deref(),
+        Some("n1")
+    );
+    assert_eq!(Policy::parse(b"{}").unwrap().cluster_ipam, None);
+
+    for (text, reason) in [
+        (
+            r#"{"clusterIpam":{"prefixx":"/a"}}"#,
+            "unknown field `prefixx`",
+        ),
+        (
+            r#"{"clusterIpam":{"endpoints":[]}}"#,
+            "at least one endpoint",
+        ),
+        (
+            r#"{"clusterIpam":{"endpoints":["http://a:1"],"prefix":"/p","caFile":"ca.pem"}}"#,
+            "clusterIpam.caFile must be an absolute path",
+        ),
+        (
+            r#"{"clusterIpam":{"caFile":"/etc/cni/cluster-ipam/ca.pem"}}"#,
+            "not both endpoints and prefix",
+        ),
+        (
+            r#"{"clusterIpam":{"endpoints":["http://a:1"],"username":"u","passwordFile":"/p/x"}}"#,
+            "not both endpoints and prefix",
+        ),
     ] {
         let e = Policy::parse(text.as_bytes()).unwrap_err();
         assert!(e.contains(reason), "{text}: {e}");

@@ -19,7 +19,7 @@ set -u
 . /test/guest-lib.sh
 
 br=cnibr0
-ipam_dir=/tmp/cni-ipam
+ipam_dir=/run/cni/bridge-vlan-ipam
 
 # conf NAME EXTRA-JSON [IPAM-RANGE-START IPAM-RANGE-END]: a bridge network
 # on cnibr0 in 10.1.0.0/24; without a range it has no IPAM (layer 2 only).

@@ -22,7 +22,7 @@ else
     exit 0
 fi
 
-ipam_dir=/tmp/dummy-ipam
+ipam_dir=/run/cni/dummy-ipam
 network=dummynet
 leases=$ipam_dir/$network
 echo "nameserver 10.58.0.53" >/tmp/dummy-resolv.conf

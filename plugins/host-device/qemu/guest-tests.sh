@@ -18,8 +18,8 @@ set -u
 . /test/guest-lib.sh
 
 state_dir=/var/lib/cni/hd-state
-leases=/tmp/hd-leases
-hl_ipam='{"type":"host-local","dataDir":"/tmp/hd-leases","ranges":[[{"subnet":"10.1.0.0/24","rangeStart":"10.1.0.10"}]]}'
+leases=/run/cni/hd-leases
+hl_ipam='{"type":"host-local","dataDir":"/run/cni/hd-leases","ranges":[[{"subnet":"10.1.0.0/24","rangeStart":"10.1.0.10"}]]}'
 
 # conf EXTRA-JSON: a host-device configuration with EXTRA's keys.
 conf() {

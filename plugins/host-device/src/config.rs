@@ -22,7 +22,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use libcni::confine::{Place, Places};
+use libcni::confine::Place;
 use libcni::device::{is_pci_address, Bus, BusDevice, Sysfs};
 use libcni::go_compat::{fold_keys, Shape, DNS};
 use libcni::plugin_conf::PluginConf;
@@ -262,8 +262,9 @@ impl NetConf {
             Some(dir) if Path::new(&dir).is_absolute() => {
                 let dir = PathBuf::from(dir);
                 // Only inside the state folders (/var/lib/cni, /run/cni,
-                // or the node policy's).
-                Places::node()?.confine("dataDir", Place::State, &dir)?;
+                // or the node policy's), reached without links: the
+                // records there are written, read back and removed.
+                libcni::confine::confine_folder("dataDir", Place::State, &dir, None)?;
                 dir
             }
             Some(dir) => return Err(ConfigError::BadDataDir(dir)),

@@ -29,7 +29,7 @@ else
     exit 0
 fi
 
-ipam_dir=/tmp/ipvlan-ipam
+ipam_dir=/run/cni/ipvlan-ipam
 network=ipvlnet
 leases=$ipam_dir/$network
 

@@ -39,7 +39,7 @@ else
     exit 0
 fi
 
-ipam_dir=/tmp/macvlan-ipam
+ipam_dir=/run/cni/macvlan-ipam
 
 # conf TYPE NETWORK SUBNET EXTRA-JSON: a network configuration with
 # host-local IPAM on SUBNET, EXTRA merged in (deeply: EXTRA's

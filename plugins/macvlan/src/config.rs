@@ -26,7 +26,7 @@ use libcni::netlink::sublink::MacVlanMode;
 use libcni::netlink::sublink_plugin::conf::{
     self as sublink_conf, Layer2ResultError, MtuOutOfRange, RuntimeMac, MAC_CNI_ARGS,
 };
-use libcni::plugin_conf::PluginConf;
+use libcni::plugin_conf::{int_in_range, PluginConf};
 use libcni::types::Dns;
 use libcni::version::SpecVersion;
 use serde::Deserialize;
@@ -61,6 +61,8 @@ pub enum ConfigError {
     ResultNotExpressible(#[from] Layer2ResultError),
     #[error(transparent)]
     LinkName(#[from] libcni::link_name::InvalidLinkName),
+    #[error("invalid bcqueuelen {0}: must be an integer from 0 (the kernel's) to 4294967295")]
+    InvalidBcQueueLen(String),
 }
 
 impl ToCniError for ConfigError {
@@ -71,7 +73,9 @@ impl ToCniError for ConfigError {
             ConfigError::MtuOutOfRange(e) => e.to_cni_error(),
             ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
             ConfigError::LinkName(e) => e.to_cni_error(),
-            ConfigError::Decode(_) | ConfigError::UnknownMode(_) => {
+            ConfigError::Decode(_)
+            | ConfigError::UnknownMode(_)
+            | ConfigError::InvalidBcQueueLen(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
         }
@@ -90,8 +94,10 @@ struct Keys {
     mac: Option<String>,
     #[serde(rename = "linkInContainer", default)]
     link_in_container: Option<bool>,
+    /// Any JSON, checked with [`int_in_range`] so that every bad value
+    /// gets a message naming the key and the range.
     #[serde(default)]
-    bcqueuelen: Option<u32>,
+    bcqueuelen: Option<serde_json::Value>,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RuntimeMac>,
 }
@@ -135,7 +141,11 @@ impl MacvlanConf {
             mtu,
             mac,
             link_in_container: keys.link_in_container.unwrap_or(false),
-            bc_queue_len: keys.bcqueuelen.filter(|&len| len != 0),
+            bc_queue_len: int_in_range(keys.bcqueuelen.as_ref(), 0..=u64::from(u32::MAX))
+                .map_err(|e| ConfigError::InvalidBcQueueLen(e.0))?
+                // Within u32 by the range above.
+                .and_then(|len| u32::try_from(len).ok())
+                .filter(|&len| len != 0),
             ipam_type,
             dns: conf.dns.clone(),
         };
@@ -271,10 +281,21 @@ mod tests {
             code(with("mtu", json!(1.5)), ""),
             ErrorCode::InvalidNetworkConfig
         );
-        assert_eq!(
-            code(with("bcqueuelen", json!(-1)), ""),
-            ErrorCode::InvalidNetworkConfig
-        );
+        for (len, shown) in [
+            (json!(-1), "-1"),
+            (json!(1u64 << 32), "4294967296"),
+            (json!("5"), "(a string)"),
+        ] {
+            let error = MacvlanConf::from_conf(&conf(with("bcqueuelen", len)), "").unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("invalid bcqueuelen {shown}: must be an integer from 0 (the kernel's) to 4294967295")
+            );
+            assert_eq!(error.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+        }
+        let top =
+            MacvlanConf::from_conf(&conf(with("bcqueuelen", json!(4_294_967_295u64))), "").unwrap();
+        assert_eq!(top.bc_queue_len, Some(u32::MAX));
         assert_eq!(
             code(with("linkInContainer", json!("yes")), ""),
             ErrorCode::InvalidNetworkConfig

@@ -243,6 +243,13 @@ mod tests {
             ErrorCode::InvalidNetworkConfig
         );
         assert_eq!(
+            parse(with("mtu", json!(65536))).unwrap_err().to_string(),
+            "invalid MTU 65536 (must be 0 for the kernel default, or between 68 and 65535)"
+        );
+        for edge in [68, 65535] {
+            assert_eq!(parse(with("mtu", json!(edge))).unwrap().mtu, Some(edge));
+        }
+        assert_eq!(
             code(with("mtu", json!(1.5))),
             ErrorCode::InvalidNetworkConfig
         );

@@ -29,7 +29,7 @@ use libcni::mac_source::InvalidMac;
 use libcni::netlink::sublink_plugin::conf::{
     self as sublink_conf, Layer2ResultError, RuntimeMac, MAC_CNI_ARGS,
 };
-use libcni::plugin_conf::PluginConf;
+use libcni::plugin_conf::{int_in_range, PluginConf};
 use libcni::types::Dns;
 use libcni::version::SpecVersion;
 use serde::Deserialize;
@@ -52,6 +52,9 @@ pub const CNI_ARGS_KEYS: [&str; 1] = MAC_CNI_ARGS;
 /// Ethernet's minimum, and 65535 less the 14-byte Ethernet header.
 pub const MIN_MTU: i64 = 68;
 pub const MAX_MTU: i64 = 65521;
+/// The highest `owner` and `group`: the kernel takes (uid_t)-1,
+/// 4294967295, for no user and refuses it in TUNSETOWNER/TUNSETGROUP.
+pub const MAX_ID: u64 = 4_294_967_294;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -63,6 +66,8 @@ pub enum ConfigError {
     Args(#[from] ArgsError),
     #[error("invalid mtu {0}: must be 0 (the kernel's default) or from {MIN_MTU} to {MAX_MTU}")]
     InvalidMtu(i64),
+    #[error("invalid {key} {shown}: must be an integer from 0 to {MAX_ID} (a user or group id)")]
+    InvalidId { key: &'static str, shown: String },
     #[error(transparent)]
     ResultNotExpressible(#[from] Layer2ResultError),
     #[error(transparent)]
@@ -76,7 +81,7 @@ impl ToCniError for ConfigError {
             ConfigError::Mac(e) => e.to_cni_error(),
             ConfigError::ResultNotExpressible(e) => e.to_cni_error(),
             ConfigError::LinkName(e) => e.to_cni_error(),
-            ConfigError::Decode(_) | ConfigError::InvalidMtu(_) => {
+            ConfigError::Decode(_) | ConfigError::InvalidMtu(_) | ConfigError::InvalidId { .. } => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
         }
@@ -91,10 +96,12 @@ struct Keys {
     mtu: Option<i64>,
     #[serde(default)]
     mac: Option<String>,
+    /// Any JSON, checked by [`id`] so that every bad value gets a
+    /// message naming the key and the range.
     #[serde(default)]
-    owner: Option<u32>,
+    owner: Option<serde_json::Value>,
     #[serde(default)]
-    group: Option<u32>,
+    group: Option<serde_json::Value>,
     #[serde(rename = "selinuxContext", default)]
     selinux_context: Option<String>,
     #[serde(default)]
@@ -143,8 +150,8 @@ impl TapConf {
             multi_queue: keys.multi_queue.unwrap_or(false),
             mtu,
             mac,
-            owner: keys.owner,
-            group: keys.group,
+            owner: id("owner", keys.owner.as_ref())?,
+            group: id("group", keys.group.as_ref())?,
             selinux_context: keys.selinux_context.filter(|c| !c.is_empty()),
             bridge,
             ipam_type: sublink_conf::ipam_type(conf).map(str::to_string),
@@ -161,6 +168,14 @@ impl TapConf {
             self.ipam_type.is_some(),
         )?)
     }
+}
+
+/// `owner` or `group`: absent or `null` is none; otherwise 0 to [`MAX_ID`].
+fn id(key: &'static str, value: Option<&serde_json::Value>) -> Result<Option<u32>, ConfigError> {
+    let id =
+        int_in_range(value, 0..=MAX_ID).map_err(|e| ConfigError::InvalidId { key, shown: e.0 })?;
+    // Within MAX_ID, so it fits.
+    Ok(id.and_then(|id| u32::try_from(id).ok()))
 }
 
 #[cfg(test)]
@@ -225,6 +240,38 @@ mod tests {
         assert_eq!(parse(value, args).unwrap().mac.unwrap()[5], 3);
     }
 
+    /// 4294967295 is (uid_t)-1, "no user", which TUNSETOWNER refuses
+    /// after the tap exists: refused here, before any kernel call.
+    #[test]
+    fn owner_and_group_are_ids_up_to_4294967294() {
+        for key in ["owner", "group"] {
+            let mut value = base();
+            value[key] = json!(4_294_967_294u64);
+            let parsed = parse(value, "").unwrap();
+            let id = if key == "owner" {
+                parsed.owner
+            } else {
+                parsed.group
+            };
+            assert_eq!(id, Some(4_294_967_294));
+            for (bad, shown) in [
+                (json!(4_294_967_295u64), "4294967295"),
+                (json!(-5), "-5"),
+                (json!(1u64 << 33), "8589934592"),
+                (json!("1000"), "(a string)"),
+            ] {
+                let mut value = base();
+                value[key] = bad;
+                let error = parse(value, "").unwrap_err();
+                assert_eq!(
+                    error.to_string(),
+                    format!("invalid {key} {shown}: must be an integer from 0 to 4294967294 (a user or group id)")
+                );
+                assert_eq!(error.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+            }
+        }
+    }
+
     #[test]
     fn refusals_with_their_codes() {
         let code = |value: serde_json::Value, args: &str| {
@@ -262,14 +309,6 @@ mod tests {
         }
         assert_eq!(
             code(with("mtu", json!("9000")), ""),
-            ErrorCode::InvalidNetworkConfig
-        );
-        assert_eq!(
-            code(with("owner", json!(-5)), ""),
-            ErrorCode::InvalidNetworkConfig
-        );
-        assert_eq!(
-            code(with("group", json!(1u64 << 33)), ""),
             ErrorCode::InvalidNetworkConfig
         );
         assert_eq!(

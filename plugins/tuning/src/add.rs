@@ -130,12 +130,16 @@ fn change(
 ) -> Result<(), TuningError> {
     let mut changed = Vec::new();
     for (setting, old) in conf.sysctls.iter().zip(old_values) {
+        // Recorded before the write: a write that fails may have changed
+        // the value already (a short write: the kernel took `1` of
+        // `1\n...`), and the roll-back must restore it. Restoring one
+        // that did not change writes the same value.
+        undo.push(Undo::Sysctl {
+            path: setting.path.clone(),
+            value: old.clone(),
+        });
         if sysctl::set(&setting.path, &setting.value)? {
             changed.push(format!("{} {} (was {old})", setting.path, setting.value));
-            undo.push(Undo::Sysctl {
-                path: setting.path.clone(),
-                value: old.clone(),
-            });
         }
     }
     let Some(interface) = interface else {
@@ -143,6 +147,7 @@ fn change(
         return Ok(());
     };
 
+    saved::confine_folder(&conf.data_dir, true)?;
     let path = saved::path_of(&conf.data_dir, &args.container_id, &args.ifname);
     let originals = link::originals(&interface.requested, &interface.attrs, &args.conf.name);
     let (previous, to_save) = match saved::load(&path)? {

@@ -569,6 +569,37 @@ mod tests {
     }
 
     #[test]
+    fn mtu_and_txqlen_pass_at_u32_max_and_fail_past_it() {
+        use libcni::error::ToCniError;
+        let conf = resolve_json(
+            json!({"mtu": 4_294_967_295u64, "txQLen": 4_294_967_295u64}),
+            None,
+        );
+        assert_eq!(
+            (conf.mtu, conf.tx_queue_len),
+            (Some(u32::MAX), Some(u32::MAX))
+        );
+        let e = resolve_err(r#"{"mtu": 4294967296}"#);
+        assert_eq!(
+            e.to_string(),
+            "invalid mtu 4294967296: must be between 0 (leave unchanged) and 4294967295"
+        );
+        assert_eq!(
+            crate::error::TuningError::Config(e).to_cni_error().code,
+            libcni::error::ErrorCode::InvalidNetworkConfig
+        );
+        let e = resolve_err(r#"{"txQLen": 4294967296}"#);
+        assert_eq!(
+            e.to_string(),
+            "invalid txQLen 4294967296: must be between 0 and 4294967295"
+        );
+        assert_eq!(
+            crate::error::TuningError::Config(e).to_cni_error().code,
+            libcni::error::ErrorCode::InvalidNetworkConfig
+        );
+    }
+
+    #[test]
     fn wrong_types_and_values_are_refused() {
         for (conf, want) in [
             (r#"{"sysctl": {"net.core.somaxconn": 5}}"#, "Decode"),

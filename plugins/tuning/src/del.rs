@@ -30,7 +30,9 @@ use crate::saved::{self, Loaded, SavedLink};
 
 pub fn del(args: &CmdArgs) -> Result<(), TuningError> {
     let raw = config::decode(&args.stdin_data)?;
-    let path = saved::path_of(&config::data_dir(&raw)?, &args.container_id, &args.ifname);
+    let data_dir = config::data_dir(&raw)?;
+    saved::confine_folder(&data_dir, false)?;
+    let path = saved::path_of(&data_dir, &args.container_id, &args.ifname);
     let saved = match saved::load(&path)? {
         Loaded::Missing => return Ok(()),
         Loaded::Present {

@@ -30,7 +30,9 @@ pub fn gc(args: &CmdArgs) -> Result<(), TuningError> {
         .iter()
         .map(|a| (a.container_id.clone(), a.ifname.clone()))
         .collect();
-    let stale = saved::stale_files(&config::data_dir(&raw)?, &args.conf.name, &keep)?;
+    let data_dir = config::data_dir(&raw)?;
+    saved::confine_folder(&data_dir, false)?;
+    let stale = saved::stale_files(&data_dir, &args.conf.name, &keep)?;
     let mut errors = Vec::new();
     for path in stale {
         match saved::remove(&path) {

@@ -141,6 +141,16 @@ pub fn remove(path: &Path) -> Result<(), SavedError> {
     })
 }
 
+/// `data_dir` reached from its allowed state folder without a link (issue
+/// 28): a link there would take ADD's writes, DEL's reads and GC's
+/// removals to another folder. With `create` (ADD) the missing folders are
+/// made on the way (0700, as the state file writer makes them).
+pub fn confine_folder(data_dir: &Path, create: bool) -> Result<(), crate::config::ConfigError> {
+    let mode = create.then_some(0o700);
+    libcni::confine::confine_folder("dataDir", libcni::confine::Place::State, data_dir, mode)?;
+    Ok(())
+}
+
 /// The files in `data_dir` that `network` saved for attachments other than
 /// `keep` (GC). Files of other networks, of the reference, temporaries and
 /// anything unreadable are not listed.

@@ -27,7 +27,7 @@ else
     exit 0
 fi
 
-ipam_dir=/tmp/vlan-ipam
+ipam_dir=/run/cni/vlan-ipam
 network=vlannet
 leases=$ipam_dir/$network
 

@@ -182,6 +182,9 @@ mod tests {
             assert_eq!(error.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
         }
         let mut value = base();
+        value["vlanId"] = json!(4094);
+        assert_eq!(parse(value).unwrap().vlan_id, 4094);
+        let mut value = base();
         value["vlanId"] = json!("5");
         assert!(matches!(parse(value), Err(ConfigError::Decode(_))));
         let mut value = base();

@@ -9,7 +9,7 @@
 
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::go_compat::{fold_keys, Shape};
-use libcni::plugin_conf::PluginConf;
+use libcni::plugin_conf::{int_in_range, PluginConf};
 use serde::Deserialize;
 
 const SHAPE: Shape = Shape::Object(&[("vrfname", Shape::Leaf), ("table", Shape::Leaf)]);
@@ -22,6 +22,8 @@ pub enum ConfigError {
     VrfNameMissing,
     #[error(transparent)]
     VrfNameInvalid(#[from] libcni::link_name::InvalidLinkName),
+    #[error("invalid table {0}: must be an integer from 0 (the lowest free id) to 4294967295")]
+    InvalidTable(String),
 }
 
 impl ToCniError for ConfigError {
@@ -29,7 +31,8 @@ impl ToCniError for ConfigError {
         match self {
             ConfigError::Decode(_)
             | ConfigError::VrfNameMissing
-            | ConfigError::VrfNameInvalid(_) => {
+            | ConfigError::VrfNameInvalid(_)
+            | ConfigError::InvalidTable(_) => {
                 CniError::new(ErrorCode::InvalidNetworkConfig, self.to_string())
             }
         }
@@ -40,8 +43,10 @@ impl ToCniError for ConfigError {
 struct Keys {
     #[serde(default)]
     vrfname: Option<String>,
+    /// Any JSON, checked with [`int_in_range`] so that every bad value
+    /// gets a message naming the key and the range.
     #[serde(default)]
-    table: Option<u32>,
+    table: Option<serde_json::Value>,
 }
 
 /// The configuration as every verb uses it.
@@ -62,9 +67,14 @@ impl VrfConf {
             .filter(|n| !n.is_empty())
             .ok_or(ConfigError::VrfNameMissing)?;
         libcni::link_name::check_key("vrfname", &vrf_name)?;
+        let table = int_in_range(keys.table.as_ref(), 0..=u64::from(u32::MAX))
+            .map_err(|e| ConfigError::InvalidTable(e.0))?;
         Ok(VrfConf {
             vrf_name,
-            table: keys.table.filter(|&t| t != 0),
+            // Within u32 by the range above.
+            table: table
+                .and_then(|t| u32::try_from(t).ok())
+                .filter(|&t| t != 0),
         })
     }
 }
@@ -115,11 +125,25 @@ mod tests {
                 "{name}"
             );
         }
-        for table in [json!(-1), json!("5"), json!(1u64 << 32)] {
+        for (table, shown) in [
+            (json!(-1), "-1"),
+            (json!("5"), "(a string)"),
+            (json!(1u64 << 32), "4294967296"),
+            (json!(1.5), "1.5"),
+        ] {
             let mut bad = base.clone();
             bad["vrfname"] = json!("blue");
             bad["table"] = table;
-            assert!(matches!(parse(bad).unwrap_err(), ConfigError::Decode(_)));
+            let e = parse(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid table {shown}: must be an integer from 0 (the lowest free id) to 4294967295")
+            );
+            assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
         }
+        let mut top = base.clone();
+        top["vrfname"] = json!("blue");
+        top["table"] = json!(4_294_967_295u64);
+        assert_eq!(parse(top).unwrap().table, Some(u32::MAX));
     }
 }

@@ -5,11 +5,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::Error;
 
@@ -64,27 +62,13 @@ pub struct SandboxInfo {
 impl CriClient {
     /// Connects to the CRI socket (containerd's gRPC address).
     pub fn connect(socket: &Path) -> Result<CriClient, Error> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(Error::Runtime)?;
-        let path = socket.to_path_buf();
-        // The URI is required by tonic but unused: the connector dials the
-        // unix socket whatever it says.
-        let endpoint = Endpoint::from_static("http://cri.invalid").timeout(CALL_TIMEOUT);
-        let channel = runtime
-            .block_on(
-                endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
-                    }
-                })),
-            )
-            .map_err(|source| Error::Connect {
-                socket: socket.to_path_buf(),
-                source,
+        let runtime = cni_node::cri::blocking_runtime().map_err(Error::Runtime)?;
+        let channel =
+            cni_node::cri::connect_unix(&runtime, socket, CALL_TIMEOUT).map_err(|source| {
+                Error::Connect {
+                    socket: socket.to_path_buf(),
+                    source,
+                }
             })?;
         Ok(CriClient {
             runtime,
@@ -102,6 +86,28 @@ impl CriClient {
             .block_on(self.service.version(request))
             .map_err(|s| rpc("Version", s))?;
         Ok(reply.into_inner())
+    }
+
+    /// CRI Status: the runtime's conditions, NetworkReady among them
+    /// (containerd 2 sets it from the CNI STATUS of its networks).
+    pub fn network_condition(&mut self) -> Result<cri::RuntimeCondition, Error> {
+        let request = cri::StatusRequest { verbose: false };
+        let reply = self
+            .runtime
+            .block_on(self.service.status(request))
+            .map_err(|s| rpc("Status", s))?;
+        reply
+            .into_inner()
+            .status
+            .into_iter()
+            .flat_map(|status| status.conditions)
+            .find(|condition| condition.r#type == "NetworkReady")
+            .ok_or_else(|| {
+                rpc(
+                    "Status",
+                    tonic::Status::not_found("no NetworkReady condition"),
+                )
+            })
     }
 
     /// RunPodSandbox for a pod on the pod network (network namespace mode

@@ -36,6 +36,54 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const SNAPSHOTTER: &str = "overlayfs";
 /// A PATH with Debian's runc (/usr/sbin) and the runc shim (/usr/bin).
 const DAEMON_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Where `.ci/install-deps` unpacks containerd 2 from Debian's unstable
+/// suite (never installed): `usr/bin/{containerd,containerd-shim-runc-v2,ctr}`
+/// and `.version`.
+pub const CONTAINERD2_ROOT: &str = "/var/cache/cni-rs-test/containerd-2";
+
+/// Which containerd a test runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    /// The one on PATH: Debian 12's package, containerd 1.6.
+    Installed,
+    /// An unpacked package: its `usr/bin` (daemon, runc shim, ctr) comes
+    /// first on the daemon's PATH; runc stays Debian 12's.
+    Unpacked(PathBuf),
+}
+
+impl Release {
+    /// containerd 2 as `.ci/install-deps` unpacks it ([`CONTAINERD2_ROOT`]).
+    pub fn containerd2() -> Release {
+        Release::Unpacked(PathBuf::from(CONTAINERD2_ROOT))
+    }
+
+    /// Whether its daemon, shim and ctr are there (a test that needs them
+    /// skips without, and fails under CI).
+    pub fn is_present(&self) -> bool {
+        match self {
+            Release::Installed => true,
+            Release::Unpacked(root) => ["containerd", "containerd-shim-runc-v2", "ctr"]
+                .iter()
+                .all(|bin| root.join("usr/bin").join(bin).is_file()),
+        }
+    }
+
+    fn daemon_path(&self) -> String {
+        match self {
+            Release::Installed => DAEMON_PATH.to_string(),
+            Release::Unpacked(root) => {
+                format!("{}:{DAEMON_PATH}", root.join("usr/bin").display())
+            }
+        }
+    }
+
+    fn ctr(&self) -> PathBuf {
+        match self {
+            Release::Installed => PathBuf::from("ctr"),
+            Release::Unpacked(root) => root.join("usr/bin/ctr"),
+        }
+    }
+}
 
 /// Where and how to run containerd.
 #[derive(Debug, Clone)]
@@ -55,6 +103,7 @@ pub struct ContainerdConfig {
 /// A running containerd; stopped by PID on drop.
 pub struct Containerd {
     config: ContainerdConfig,
+    release: Release,
     holder: Child,
     daemon: Option<Child>,
     starts: u32,
@@ -160,6 +209,12 @@ impl Containerd {
     /// network namespace, then containerd in both; returns once the CRI
     /// answers.
     pub fn start(config: ContainerdConfig) -> Result<Containerd, Error> {
+        Containerd::start_release(config, Release::Installed)
+    }
+
+    /// [`Containerd::start`] for a given release of containerd. containerd
+    /// 2 reads the same (version 2) config: it migrates it at start.
+    pub fn start_release(config: ContainerdConfig, release: Release) -> Result<Containerd, Error> {
         fs::create_dir_all(&config.work_dir)
             .map_err(|e| Error::io(format!("create {}", config.work_dir.display()), e))?;
         fs::write(config.config_file(), config.toml())
@@ -167,6 +222,7 @@ impl Containerd {
         let holder = start_holder(&config)?;
         let mut containerd = Containerd {
             config,
+            release,
             holder,
             daemon: None,
             starts: 0,
@@ -181,6 +237,14 @@ impl Containerd {
 
     pub fn socket(&self) -> PathBuf {
         self.config.socket()
+    }
+
+    /// The PID of the process that holds containerd's network and mount
+    /// namespaces (its /run and /var/lib, go-cni's cache among them): a
+    /// tool that must see the node as containerd does enters them
+    /// (`nsenter --target PID --mount --net`).
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.id()
     }
 
     /// The daemon's PID, while it runs.
@@ -198,11 +262,24 @@ impl Containerd {
         fs::read_to_string(self.config.log_file()).unwrap_or_default()
     }
 
+    /// Writes the sandbox image as an OCI archive in the work dir and
+    /// imports it ([`crate::oci_image::write_archive`], then
+    /// [`Containerd::import_image`]): what a test does before its first
+    /// RunPodSandbox.
+    pub fn import_sandbox_image(
+        &self,
+        image: &crate::oci_image::SandboxImage<'_>,
+    ) -> Result<(), Error> {
+        let archive = self.config.work_dir.join("sandbox-image.tar");
+        crate::oci_image::write_archive(image, &archive)?;
+        self.import_image(&archive)
+    }
+
     /// `ctr images import` of an OCI archive into the CRI's namespace
     /// (`k8s.io`), unpacked for the CRI's snapshotter.
     pub fn import_image(&self, archive: &Path) -> Result<(), Error> {
         let socket = self.socket();
-        let out = Command::new("ctr")
+        let out = Command::new(self.release.ctr())
             .arg("--address")
             .arg(&socket)
             .args(["--namespace", "k8s.io", "images", "import"])
@@ -264,7 +341,7 @@ impl Containerd {
             .arg(format!("--target={}", self.holder.id()))
             .args(["--mount", "--net", "containerd", "--config"])
             .arg(self.config.config_file())
-            .env("PATH", DAEMON_PATH)
+            .env("PATH", self.release.daemon_path())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)

@@ -25,9 +25,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Grid, blocks and their owners, reserved addresses, node reports.
+    /// Grid, blocks and their owners, reserved addresses, node reports and
+    /// each node's last sign of life.
     Show,
-    /// Delete a gone node's blocks, reservations and report.
+    /// The blocks of nodes not alive and silent for longer than PERIOD.
+    Reclaimable {
+        /// 600, 90s, 10m, 2h or 1d.
+        #[arg(long, value_name = "PERIOD", value_parser = admin::parse_period)]
+        silent_for: u64,
+    },
+    /// Delete a gone node's blocks, reservations and report (refused
+    /// while the node is alive).
     ReleaseNode {
         /// The node's nodeName.
         node: String,
@@ -44,6 +52,11 @@ fn run(cli: Cli) -> Result<(), AdminError> {
         Command::Show => {
             let view = admin::read_pool(&mut etcd, &cluster)?;
             print!("{}", admin::render(&cluster, &view));
+        }
+        Command::Reclaimable { silent_for } => {
+            let view = admin::read_pool(&mut etcd, &cluster)?;
+            let list = admin::reclaimable(&view, silent_for);
+            print!("{}", admin::render_reclaimable(&list, silent_for));
         }
         Command::ReleaseNode { node, force } => {
             let released = admin::release_node(&mut etcd, &cluster, &node, force)?;

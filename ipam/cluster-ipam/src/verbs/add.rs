@@ -43,6 +43,8 @@ pub fn add(config: &AddConfig, attachment: &Attachment) -> Result<v100::Result, 
         ipam.store.lock_timeout,
     )?;
     let mut session = PoolSession::open(&config.cluster, &store, ipam.range_sets.len())?;
+    session.check_endpoints()?;
+    session.check_released_if_silent()?;
     session.reconcile_if_pending()?;
 
     // The same address asked for twice is one request, as in host-local.

@@ -5,6 +5,9 @@
 //! next pod needs no etcd round trip). A block leaves the node's record
 //! before its key is deleted.
 //!
+//! Blocks released under the node by an operator (`revoked`) are
+//! forgotten once no pod holds an address in them.
+//!
 //! A configuration without the attachment list releases nothing, as in
 //! host-local: runtimes that send none must not lose every lease.
 
@@ -53,6 +56,9 @@ pub fn gc(raw: &Value, valid: &[(&str, &str)]) -> Result<(), Error> {
         errors.push(e);
     }
 
+    if let Err(e) = forget_empty_revoked(&mut session) {
+        errors.push(e);
+    }
     // Blocks go back only with ranges to judge the room by.
     match AddConfig::from_value(raw, None) {
         Ok(config) => {
@@ -137,6 +143,25 @@ fn give_back_empty_blocks(
             // Still ours in etcd: adopted again at the next claim.
             Err(e) => return Err(e.into()),
         }
+    }
+    Ok(())
+}
+
+/// Forgets released blocks (`revoked`) no pod holds an address in any
+/// more: nothing of them is the node's, and a later claim may take one
+/// like any free block.
+fn forget_empty_revoked(session: &mut PoolSession<'_>) -> Result<(), Error> {
+    if session.state.revoked.is_empty() {
+        return Ok(());
+    }
+    let leased: Vec<IpAddr> = session.locked.scan()?.into_iter().map(|l| l.ip).collect();
+    let before = session.state.revoked.len();
+    session
+        .state
+        .revoked
+        .retain(|r| leased.iter().any(|ip| r.cidr.contains(*ip)));
+    if session.state.revoked.len() != before {
+        session.save()?;
     }
     Ok(())
 }

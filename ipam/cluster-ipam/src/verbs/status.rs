@@ -21,6 +21,8 @@ pub fn status(config: &AddConfig) -> Result<(), Error> {
         ipam.store.lock_timeout,
     )?;
     let mut session = PoolSession::open(cluster, &store, ipam.range_sets.len())?;
+    session.check_endpoints()?;
+    released_blocks_in_use(&mut session)?;
     let mut snapshot = None;
     for (set_idx, set) in ipam.range_sets.iter().enumerate() {
         if let Some(node_set) = session.node_set(set) {
@@ -29,13 +31,18 @@ pub fn status(config: &AddConfig) -> Result<(), Error> {
             }
         }
         if snapshot.is_none() {
-            let keys = cluster.keys.clone();
-            snapshot = Some(session.etcd()?.snapshot(&keys)?);
+            snapshot = Some(session.snapshot()?);
         }
         let Some(snapshot) = snapshot.as_ref() else {
             continue;
         };
-        let taken = snapshot.blocks.iter().map(|b| b.cidr).collect();
+        // As a claim sees it: blocks released under this node stay out.
+        let taken = snapshot
+            .blocks
+            .iter()
+            .map(|b| b.cidr)
+            .chain(session.state.revoked.iter().map(|r| r.cidr))
+            .collect();
         let reserved: Vec<_> = snapshot.ips.iter().map(|r| r.ip).collect();
         let free = blocks::free_block(
             set,
@@ -62,4 +69,35 @@ pub fn status(config: &AddConfig) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Pods holding addresses in blocks an operator released while the node
+/// was silent (51): those addresses may be handed out elsewhere now.
+fn released_blocks_in_use(session: &mut PoolSession<'_>) -> Result<(), Error> {
+    if session.state.revoked.is_empty() {
+        return Ok(());
+    }
+    let leases = session.locked.scan()?;
+    let revoked = &session.state.revoked;
+    let in_use: Vec<_> = revoked
+        .iter()
+        .filter(|r| leases.iter().any(|l| r.cidr.contains(l.ip)))
+        .collect();
+    if in_use.is_empty() {
+        return Ok(());
+    }
+    let count = leases
+        .iter()
+        .filter(|l| in_use.iter().any(|r| r.cidr.contains(l.ip)))
+        .count();
+    Err(Error::BlocksReleased {
+        network: session.cluster.store.network.clone(),
+        node: session.cluster.node.clone(),
+        blocks: in_use
+            .iter()
+            .map(|r| r.cidr.to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+        leases: count,
+    })
 }

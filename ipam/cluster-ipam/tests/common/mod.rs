@@ -206,6 +206,29 @@ pub fn scratch_policy() -> &'static Path {
     })
 }
 
+/// A node policy file of a test's own (root's, 0600), as
+/// [`scratch_policy`] plus `extra` top-level keys (`clusterIpam` pins).
+pub fn policy_with(dir: &Path, extra: Value) -> PathBuf {
+    let tmp = std::env::temp_dir().display().to_string();
+    let mut policy = json!({"allow": {"credentials": [tmp], "state": [tmp]}});
+    merge(&mut policy, extra);
+    let path = dir.join("cni-rs-policy.json");
+    libcni::state_file::write_atomically(&path, policy.to_string().as_bytes())
+        .expect("the test's policy file");
+    path
+}
+
+/// Runs one verb to the end under the policy file at `policy`.
+pub fn run_with_policy(verb: &str, conf: &Value, container: &str, policy: &Path) -> Outcome {
+    let mut cmd = command(verb, container, "net1", "");
+    cmd.env(libcni::confine::POLICY_ENV, policy);
+    let mut child = cmd.spawn().expect("the cluster-ipam binary runs");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(conf.to_string().as_bytes());
+    }
+    outcome(child.wait_with_output().expect("plugin process runs"))
+}
+
 fn command(verb: &str, container: &str, ifname: &str, cni_args: &str) -> Command {
     let mut cmd = Command::new(PLUGIN);
     cmd.env_clear()
@@ -319,5 +342,24 @@ pub fn start_etcd(
     (
         etcd_cluster::EtcdCluster::start(members, opts).unwrap_or_else(|e| panic!("{e}")),
         guard,
+    )
+}
+
+/// `cluster-ipam-admin --config CONFIG ARGS...`: whether it succeeded, its
+/// stdout and its stderr.
+pub fn admin(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(ADMIN)
+        // The nodes' lease folders are scratch folders the policy allows,
+        // as the plugin's own runs do.
+        .env(libcni::confine::POLICY_ENV, scratch_policy())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("cluster-ipam-admin runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }

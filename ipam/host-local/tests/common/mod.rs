@@ -137,9 +137,11 @@ impl<'a> Call<'a> {
     }
 
     pub fn run(&self, conf: &Value) -> Outcome {
+        let policy = ScratchPolicy::new();
         let mut cmd = Command::new(self.binary);
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(libcni::confine::POLICY_ENV, policy.path())
             .env("CNI_COMMAND", self.command)
             .env("CNI_PATH", "/usr/lib/cni")
             .stdin(Stdio::piped())
@@ -156,6 +158,30 @@ impl<'a> Call<'a> {
             }
         }
         run_with_stdin(cmd, conf)
+    }
+}
+
+/// A node policy file allowing the temporary folder for state, where the
+/// tests keep their lease stores (`ipam.dataDir` is confined to the state
+/// folders, issue 28), as a node's administrator would allow a folder.
+/// One per call, removed when dropped: nothing is left in /tmp.
+pub struct ScratchPolicy(tempfile::NamedTempFile);
+
+impl ScratchPolicy {
+    pub fn new() -> ScratchPolicy {
+        let policy = json!({"allow": {"state": [std::env::temp_dir()]}});
+        // Made 0600 by the test's user, root: what the plugin demands.
+        let file = tempfile::Builder::new()
+            .prefix("cni-rs-test-policy-")
+            .suffix(".json")
+            .tempfile()
+            .expect("policy file");
+        fs::write(file.path(), policy.to_string()).expect("write policy file");
+        ScratchPolicy(file)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
     }
 }
 

@@ -317,6 +317,18 @@ fn mtu_and_bridge_name_are_checked() {
         );
     }
     assert_eq!(parse(with(base(), json!({"mtu": 0}))).unwrap().mtu, None);
+    for edge in [68, 65535] {
+        assert_eq!(
+            parse(with(base(), json!({"mtu": edge}))).unwrap().mtu,
+            Some(edge as u32)
+        );
+    }
+    let e = parse(with(base(), json!({"mtu": 65536}))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid MTU 65536 (must be 0 for the kernel default, or between 68 and 65535)"
+    );
+    assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
     for bad in ["a/b", "sixteen-bytes-xx", "a b", "..", "br\u{1b}0"] {
         let e = parse(with(base(), json!({"bridge": bad}))).unwrap_err();
         assert!(matches!(e, ConfigError::LinkName(_)), "{bad}: {e}");

@@ -136,6 +136,19 @@ fn invalid_ports_have_the_reference_messages() {
         "Invalid host port number: 70000"
     );
     assert_eq!(
+        parse_err(mappings(json!({"hostPort": 65536, "containerPort": 80}))),
+        "Invalid host port number: 65536"
+    );
+    assert_eq!(
+        parse_err(mappings(json!({"hostPort": 80, "containerPort": 65536}))),
+        "Invalid container port number: 65536"
+    );
+    let top = parse(mappings(json!({"hostPort": 65535, "containerPort": 65535}))).unwrap();
+    assert_eq!(
+        (top.mappings[0].host_port, top.mappings[0].container_port),
+        (65535, 65535)
+    );
+    assert_eq!(
         parse_err(mappings(json!({"containerPort": 80}))),
         "Invalid host port number: 0"
     );
