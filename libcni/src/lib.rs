@@ -44,6 +44,7 @@ pub mod rollback;
 pub mod runtime;
 pub mod skel;
 pub mod source_routing;
+pub mod spawn;
 pub mod state_file;
 pub mod sysctl;
 #[doc(hidden)]

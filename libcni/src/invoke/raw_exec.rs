@@ -23,12 +23,6 @@ use crate::error::{CniError, ErrorCode};
 /// operation, and a plugin still running is stuck rather than slow.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Spawning fails with ETXTBSY while a binary is being replaced (package
-/// upgrades) or while another thread of this process briefly holds it open
-/// for writing across a fork; both clear up quickly.
-const TEXT_FILE_BUSY_RETRIES: u32 = 5;
-const TEXT_FILE_BUSY_FIRST_DELAY: Duration = Duration::from_millis(50);
-
 /// After the plugin exits, how long to keep reading output from its pipes.
 /// EOF is immediate unless a process the plugin left behind still holds
 /// them, and such a process must not hold the runtime up.
@@ -84,37 +78,19 @@ impl RawExec {
         } else {
             path.to_path_buf()
         };
-        let mut delay = TEXT_FILE_BUSY_FIRST_DELAY;
-        let mut attempt = 0;
-        loop {
-            let mut cmd = std::process::Command::new(&program);
-            cmd.env_clear()
-                .envs(env.iter())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                // Its own process group, so that a timeout kills whatever the
-                // plugin started too (iptables, a shell's children).
-                .process_group(0);
-            match cmd.spawn() {
-                Ok(child) => return Ok(child),
-                Err(e)
-                    if e.raw_os_error() == Some(libc::ETXTBSY)
-                        && attempt < TEXT_FILE_BUSY_RETRIES =>
-                {
-                    log::debug!("{}: text file busy, retrying", path.display());
-                    thread::sleep(delay);
-                    delay *= 2;
-                    attempt += 1;
-                }
-                Err(source) => {
-                    return Err(InvokeError::Spawn {
-                        path: path.to_path_buf(),
-                        source,
-                    })
-                }
-            }
-        }
+        let mut cmd = std::process::Command::new(&program);
+        cmd.env_clear()
+            .envs(env.iter())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so that a timeout kills whatever the
+            // plugin started too (iptables, a shell's children).
+            .process_group(0);
+        crate::spawn::spawn_waiting_for_busy_text(&mut cmd).map_err(|source| InvokeError::Spawn {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     fn run(&self, path: &Path, stdin: &[u8], env: &PluginEnv) -> Result<Output, InvokeError> {

@@ -38,8 +38,8 @@ pub(crate) fn run(
     stdin: Option<&str>,
     deadline: Duration,
 ) -> io::Result<Ended> {
-    let mut child = Command::new(path)
-        .args(args)
+    let mut cmd = Command::new(path);
+    cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()
@@ -47,8 +47,8 @@ pub(crate) fn run(
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    let mut child = crate::spawn::spawn_waiting_for_busy_text(&mut cmd)?;
     let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
 
     // Input is written on its own thread and output read on another, so
