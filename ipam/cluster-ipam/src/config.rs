@@ -39,6 +39,7 @@ use std::time::Duration;
 use host_local::config::{ConfigError as RangeConfigError, IpamConfig, StoreConfig};
 use ipnetwork::IpNetwork;
 use libcni::confine::{ConfineError, Place, Places};
+use libcni::plugin_conf::{int_in_range, NotInRange};
 use libcni::types::Dns;
 use libcni::IpFamily;
 use serde::Deserialize;
@@ -105,7 +106,7 @@ pub enum ConfigError {
     #[error("invalid ipam.{key} {value}: an IPv{family} block prefix length must be between the range's prefix and {max}")]
     BadBlockSize {
         key: &'static str,
-        value: u8,
+        value: String,
         family: u8,
         max: u8,
     },
@@ -246,10 +247,12 @@ struct NetKeys {
 struct ClusterKeys {
     #[serde(default)]
     data_dir: Option<String>,
+    /// Any JSON, checked by [`grid`] so that a value of the wrong type or
+    /// past a u8 (300, "26") gets the message naming the key and range.
     #[serde(default)]
-    block_size: Option<u8>,
+    block_size: Option<Value>,
     #[serde(default)]
-    block_size6: Option<u8>,
+    block_size6: Option<Value>,
     #[serde(default)]
     node_name: Option<String>,
     #[serde(default)]
@@ -395,29 +398,35 @@ fn etcd_config(keys: Option<EtcdKeys>) -> Result<EtcdConfig, ConfigError> {
 }
 
 fn grid(keys: &ClusterKeys) -> Result<Grid, ConfigError> {
-    let grid = Grid {
-        block_size: keys.block_size.unwrap_or(DEFAULT_BLOCK_SIZE),
-        block_size6: keys.block_size6.unwrap_or(DEFAULT_BLOCK_SIZE6),
-    };
     // A block needs room for at least one address besides its network
     // address, as a range does.
-    if grid.block_size == 0 || grid.block_size > 31 {
-        return Err(ConfigError::BadBlockSize {
-            key: "blockSize",
-            value: grid.block_size,
-            family: 4,
-            max: 31,
-        });
-    }
-    if grid.block_size6 == 0 || grid.block_size6 > 127 {
-        return Err(ConfigError::BadBlockSize {
-            key: "blockSize6",
-            value: grid.block_size6,
-            family: 6,
-            max: 127,
-        });
-    }
-    Ok(grid)
+    let prefix = |key: &'static str, value: Option<&Value>, family: u8, max: u8, default: u8| {
+        match int_in_range(value, 1..=u64::from(max)) {
+            Ok(n) => Ok(n.and_then(|n| u8::try_from(n).ok()).unwrap_or(default)),
+            Err(NotInRange(value)) => Err(ConfigError::BadBlockSize {
+                key,
+                value,
+                family,
+                max,
+            }),
+        }
+    };
+    Ok(Grid {
+        block_size: prefix(
+            "blockSize",
+            keys.block_size.as_ref(),
+            4,
+            31,
+            DEFAULT_BLOCK_SIZE,
+        )?,
+        block_size6: prefix(
+            "blockSize6",
+            keys.block_size6.as_ref(),
+            6,
+            127,
+            DEFAULT_BLOCK_SIZE6,
+        )?,
+    })
 }
 
 fn exclude(values: Option<Vec<String>>) -> Result<Vec<IpNetwork>, ConfigError> {

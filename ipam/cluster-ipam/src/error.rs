@@ -107,6 +107,7 @@ impl Error {
             Error::Etcd(EtcdError::Refused { .. }) => ErrorCode::InvalidNetworkConfig,
             Error::Etcd(EtcdError::Tls { .. }) => ErrorCode::InvalidNetworkConfig,
             Error::Etcd(EtcdError::File { .. }) => ErrorCode::Io,
+            Error::Etcd(EtcdError::UnusableFile { .. }) => ErrorCode::InvalidNetworkConfig,
             Error::Etcd(EtcdError::Runtime(_)) => ErrorCode::Internal,
             Error::Etcd(EtcdError::BadValue { .. }) => ErrorCode::Internal,
             Error::GridMismatch { .. } => ErrorCode::InvalidNetworkConfig,

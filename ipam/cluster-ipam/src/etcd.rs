@@ -59,6 +59,14 @@ pub enum EtcdError {
         path: String,
         source: std::io::Error,
     },
+    /// The configuration names a credential file that can never be read as
+    /// one: a link or something other than a regular file, or too large.
+    #[error("etcd.{key} {path} cannot be used: {why}")]
+    UnusableFile {
+        key: &'static str,
+        path: String,
+        why: String,
+    },
     #[error("failed to start the etcd client runtime: {0}")]
     Runtime(std::io::Error),
     #[error("etcd holds an unreadable value under {key}: {detail}")]
@@ -168,10 +176,26 @@ fn read_file(key: &'static str, path: &std::path::Path, cap: u64) -> Result<Vec<
             // The configuration was checked against the same places.
             other => std::io::Error::other(other),
         });
-    read.map_err(|source| EtcdError::File {
-        key,
-        path: path.display().to_string(),
-        source,
+    read.map_err(|source| {
+        let path = path.display().to_string();
+        // What the file is, as opposed to whether it could be read now:
+        // no retry makes a link, a FIFO or a 1 GiB file a credential, so
+        // these are the configuration's fault (code 7), not I/O (5).
+        if source.raw_os_error() == Some(nix::libc::ELOOP) {
+            EtcdError::UnusableFile {
+                key,
+                path,
+                why: "it is reached through a symbolic link, which is not followed inside the credential folders".into(),
+            }
+        } else if source.kind() == std::io::ErrorKind::InvalidInput {
+            EtcdError::UnusableFile {
+                key,
+                path,
+                why: source.to_string(),
+            }
+        } else {
+            EtcdError::File { key, path, source }
+        }
     })
 }
 

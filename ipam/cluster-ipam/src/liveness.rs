@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ClusterConfig;
 use crate::error::Error;
-use crate::etcd::{Etcd, NodeReport};
+use crate::etcd::{Etcd, EtcdError, NodeReport};
 use crate::node_state::NodeState;
 use crate::pool::PoolSession;
 
@@ -214,13 +214,15 @@ impl NodeHeartbeat {
         }
     }
 
-    /// Revokes the lease: the node is shown silent at once.
-    pub fn stop(mut self) {
-        if let Some(id) = self.lease.take() {
-            self.etcd.renew_deadline();
-            if let Err(e) = self.etcd.revoke(id) {
-                log::warn!("cannot revoke the liveness lease (it expires by itself): {e}");
+    /// Revokes the lease: the node is shown silent at once. On an error the
+    /// lease expires by itself within its TTL.
+    pub fn stop(mut self) -> Result<(), EtcdError> {
+        match self.lease.take() {
+            Some(id) => {
+                self.etcd.renew_deadline();
+                self.etcd.revoke(id)
             }
+            None => Ok(()),
         }
     }
 

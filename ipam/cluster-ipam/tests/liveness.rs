@@ -141,7 +141,7 @@ fn a_silent_node_is_shown_released_only_when_silent_and_never_uses_released_bloc
         "GC keeps a released block nobody uses: {}",
         node.state("alive")
     );
-    back.stop();
+    back.stop().expect("the lease is revoked");
     assert!(show_line(&file, "node-live").contains("silent"));
 }
 

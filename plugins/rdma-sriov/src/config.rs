@@ -30,7 +30,7 @@ use libcni::args::ArgsError;
 use libcni::device::is_pci_address;
 use libcni::error::{CniError, ErrorCode, ToCniError};
 use libcni::iface::{parse_unicast_mac, MacError};
-use libcni::plugin_conf::{ConfError, PluginConf};
+use libcni::plugin_conf::{int_in_range, ConfError, NotInRange, PluginConf};
 use libcni::source_routing::is_kernel_table;
 use serde::Deserialize;
 use serde_json::Value;
@@ -105,8 +105,10 @@ struct RawConf {
     max_tx_rate: Option<i64>,
     #[serde(default)]
     guid: Option<String>,
+    /// Any JSON, checked by [`vf_mtu`] so every bad value (0, -1, 2^32, a
+    /// string) gets the message with the range.
     #[serde(default)]
-    mtu: Option<u32>,
+    mtu: Option<Value>,
     #[serde(rename = "allowSharedRdmaNetns", default)]
     allow_shared_rdma_netns: Option<bool>,
     #[serde(rename = "stateDir", default)]
@@ -261,11 +263,27 @@ fn rate(key: &str, value: Option<i64>) -> Result<Option<u32>, ConfigError> {
         .map(|v| {
             u32::try_from(v).map_err(|_| {
                 invalid(format!(
-                    "{key} {v} invalid: value must be a rate in Mbps, 0 or more"
+                    "{key} {v} invalid: value must be a rate in Mbps from 0 to {}",
+                    u32::MAX
                 ))
             })
         })
         .transpose()
+}
+
+/// The VF netdev's MTU: absent keeps the VF's own. The kernel checks the
+/// VF's real limit when the MTU is set in the pod; here only what no link
+/// can take is refused, 0 among it (the reference sriov-cni reads 0 as
+/// "unchanged", which absent says here).
+fn vf_mtu(value: Option<&Value>) -> Result<Option<u32>, ConfigError> {
+    int_in_range(value, 1..=u64::from(u32::MAX))
+        .map(|mtu| mtu.and_then(|m| u32::try_from(m).ok()))
+        .map_err(|NotInRange(v)| {
+            invalid(format!(
+                "mtu {v} invalid: an integer from 1 to {} (leave it out to keep the VF's MTU)",
+                u32::MAX
+            ))
+        })
 }
 
 impl NetConf {
@@ -408,9 +426,7 @@ impl NetConf {
                 path.display().to_string()
             )));
         }
-        if raw.mtu == Some(0) {
-            return Err(invalid("mtu 0 invalid: leave it out to keep the VF's MTU"));
-        }
+        let mtu = vf_mtu(raw.mtu.as_ref())?;
         let rail = RailConf::parse(raw.rail.as_ref())?;
         let has_ipam = conf.ipam.as_ref().is_some_and(|i| !i.ipam_type.is_empty());
         if rail.is_some() && !has_ipam {
@@ -432,7 +448,7 @@ impl NetConf {
             min_tx_rate,
             max_tx_rate,
             guid,
-            mtu: raw.mtu,
+            mtu,
             allow_shared_rdma_netns: raw.allow_shared_rdma_netns.unwrap_or(false),
             state_dir: raw.state_dir.filter(|s| !s.is_empty()).map(PathBuf::from),
             sysfs_root: raw.sysfs_root.filter(|s| !s.is_empty()).map(PathBuf::from),
@@ -689,6 +705,21 @@ mod tests {
         assert_eq!(c.guid, Some(Guid(2)));
         assert!(message(json!({"deviceID":"0000:af:06.0","guid":"1:2"})).contains("invalid GUID"));
         assert!(message(json!({"deviceID":"0000:af:06.0","mtu":0})).starts_with("mtu 0"));
+        for (mtu, shown) in [
+            (json!(0), "0"),
+            (json!(-1), "-1"),
+            (json!(4_294_967_296u64), "4294967296"),
+            (json!("9000"), "(a string)"),
+        ] {
+            assert_eq!(
+                message(json!({"deviceID":"0000:af:06.0","mtu":mtu})),
+                format!("mtu {shown} invalid: an integer from 1 to 4294967295 (leave it out to keep the VF's MTU)")
+            );
+        }
+        assert_eq!(
+            message(json!({"deviceID":"0000:af:06.0","max_tx_rate":-5})),
+            "max_tx_rate -5 invalid: value must be a rate in Mbps from 0 to 4294967295"
+        );
         assert!(message(json!({"deviceID":"0000:af:06.0","vlan":"7"}))
             .starts_with("invalid network config"));
     }

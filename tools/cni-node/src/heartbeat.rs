@@ -115,7 +115,13 @@ impl Heartbeats {
                     entry.node
                 );
                 metrics.forget_heartbeat(&entry.network, &entry.node);
-                entry.heartbeat.stop();
+                if let Err(e) = entry.heartbeat.stop() {
+                    log::warn!(
+                        "heartbeat: network {}: cannot revoke node {}'s lease (it expires within its TTL): {e}",
+                        entry.network,
+                        entry.node
+                    );
+                }
             }
         }
         for (id, cluster) in found {
@@ -198,12 +204,18 @@ impl Heartbeats {
     pub fn stop_all(&mut self, metrics: &Metrics) {
         for (_, entry) in std::mem::take(&mut self.entries) {
             metrics.forget_heartbeat(&entry.network, &entry.node);
-            entry.heartbeat.stop();
-            log::info!(
-                "heartbeat: network {}: node {}'s lease revoked",
-                entry.network,
-                entry.node
-            );
+            match entry.heartbeat.stop() {
+                Ok(()) => log::info!(
+                    "heartbeat: network {}: node {}'s lease revoked",
+                    entry.network,
+                    entry.node
+                ),
+                Err(e) => log::warn!(
+                    "heartbeat: network {}: cannot revoke node {}'s lease (it expires within its TTL): {e}",
+                    entry.network,
+                    entry.node
+                ),
+            }
         }
     }
 }

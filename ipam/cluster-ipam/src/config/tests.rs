@@ -203,6 +203,21 @@ fn grid_and_exclude_are_checked() {
     assert!(err(json!({"blockSize": 32})).contains("blockSize"));
     assert!(err(json!({"blockSize": 0})).contains("blockSize"));
     assert!(err(json!({"blockSize6": 128})).contains("blockSize6"));
+    // Past a u8 or of the wrong type: the key and the range are named, as
+    // for a value in u8 that is out of range (serde's own message named
+    // neither).
+    assert_eq!(
+        err(json!({"blockSize": 300})),
+        "invalid ipam.blockSize 300: an IPv4 block prefix length must be between the range's prefix and 31"
+    );
+    assert_eq!(
+        err(json!({"blockSize6": "122"})),
+        "invalid ipam.blockSize6 (a string): an IPv6 block prefix length must be between the range's prefix and 127"
+    );
+    assert_eq!(
+        err(json!({"blockSize": -1})),
+        "invalid ipam.blockSize -1: an IPv4 block prefix length must be between the range's prefix and 31"
+    );
     assert!(
         err(json!({"ranges": [[{"subnet": "fd00::/120"}]], "blockSize6": 119}))
             .contains("blockSize6")

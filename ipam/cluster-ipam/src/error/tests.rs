@@ -45,6 +45,15 @@ fn codes() {
             5,
         ),
         (
+            EtcdError::UnusableFile {
+                key: "caFile",
+                path: "/x".into(),
+                why: "w".into(),
+            }
+            .into(),
+            7,
+        ),
+        (
             StateError::OtherNode {
                 path: "/x".into(),
                 recorded: "a".into(),
