@@ -306,6 +306,26 @@ impl CriNode {
             .unwrap_or_default()
     }
 
+    /// The host-side veths once the kernel has destroyed the pods' network
+    /// namespaces. A pod whose namespace the runtime removed without a DEL
+    /// reaching the chain (containerd 2.1's failed sandbox) loses its veth
+    /// pair only when the kernel tears that namespace down, and it does so
+    /// asynchronously (a workqueue, after RCU grace periods): in a CI run
+    /// on a loaded two-core machine the veth was still listed right after
+    /// the agent's pass. A veth our DEL should have removed never goes by
+    /// itself, so waiting (up to 60 s, returning as soon as none is left)
+    /// still catches a leak.
+    fn veths_once_namespaces_are_gone(&self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let veths = self.veths();
+            if veths.is_empty() || Instant::now() >= deadline {
+                return veths;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The namespace's iptables (both families) and nftables rules, as text.
     fn firewall_rules(&self) -> String {
         let mut text = String::new();
@@ -360,7 +380,7 @@ impl CriNode {
             "host-local leases left"
         );
         assert_eq!(
-            self.veths(),
+            self.veths_once_namespaces_are_gone(),
             Vec::<String>::new(),
             "veths left on the host side"
         );
