@@ -78,6 +78,24 @@ impl TestNetns {
         out.status.success()
     }
 
+    /// `curl`s `http://addr:port/index.html` from this namespace (10 s at
+    /// most): the body, or curl's error.
+    pub fn http_get(&self, addr: &str, port: u16) -> Result<String, String> {
+        let url = format!("http://{addr}:{port}/index.html");
+        let out = self.exec(
+            "curl",
+            &["--silent", "--show-error", "--max-time", "10", &url],
+        );
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "curl {url}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
     /// Interface names in the namespace.
     pub fn links(&self) -> Vec<String> {
         self.ip_json(&["link", "show"])
@@ -97,6 +115,64 @@ impl Drop for TestNetns {
             .args(["netns", "delete", &self.name])
             .status();
     }
+}
+
+/// What a test needs from the machine and lacks: each program of
+/// `programs` (name, an argument it answers with success, such as
+/// `--version`) that does not run, and the name of each file of `files`
+/// (what provides it, path) that is missing.
+pub fn missing_tools(
+    programs: &[(&'static str, &str)],
+    files: &[(&'static str, &str)],
+) -> Vec<&'static str> {
+    let runs = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let programs = programs
+        .iter()
+        .filter(|(program, arg)| !runs(program, arg))
+        .map(|(program, _)| *program);
+    let files = files
+        .iter()
+        .filter(|(_, path)| !Path::new(path).is_file())
+        .map(|(provider, _)| *provider);
+    programs.chain(files).collect()
+}
+
+/// Whether `test` must skip (through `libcni::test_skip`, a failure under
+/// `.ci/run`) because [`missing_tools`] lists something; `install` says
+/// how to get it.
+#[track_caller]
+pub fn skip_unless_installed(
+    test: &str,
+    programs: &[(&'static str, &str)],
+    files: &[(&'static str, &str)],
+    install: &str,
+) -> bool {
+    let missing = missing_tools(programs, files);
+    if missing.is_empty() {
+        return false;
+    }
+    libcni::test_skip::skip(
+        test,
+        &format!("not installed: {} ({install})", missing.join(", ")),
+    );
+    true
+}
+
+/// Whether a line of `iptables-save` or `nft list ruleset` names `needle`
+/// (an address or a container ID) as a whole word: `10.1.0.1` does not
+/// name `10.1.0.10`, and an ID is not named by a longer one.
+pub fn rule_names(line: &str, needle: &str) -> bool {
+    line.match_indices(needle).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + needle.len()..].chars().next();
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.');
+        !part(before) && !part(after)
+    })
 }
 
 /// `ip <args>`, asserting success; returns stdout.
@@ -809,5 +885,36 @@ impl SubLinkRig {
             );
             self.assert_nothing_left();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_names_whole_addresses_and_ids_only() {
+        let line = "-A CNI-DN-1a2b -d 10.1.0.1/32 -p tcp -m comment --comment \"id: 1a2b\" -j DNAT";
+        assert!(rule_names(line, "10.1.0.1"));
+        assert!(rule_names(line, "1a2b"));
+        assert!(!rule_names(line, "10.1.0.10"));
+        assert!(!rule_names(line, "10.1.0"));
+        assert!(!rule_names(line, "1a2"));
+        assert!(!rule_names("ip saddr 10.1.0.10 accept", "10.1.0.1"));
+    }
+
+    #[test]
+    fn missing_tools_names_what_does_not_run_or_exist() {
+        let missing = missing_tools(
+            &[
+                ("true", "ignored"),
+                ("cnitest-no-such-program", "--version"),
+            ],
+            &[
+                ("an existing file", "/proc/self/status"),
+                ("no-such-package", "/nonexistent/cnitest"),
+            ],
+        );
+        assert_eq!(missing, vec!["cnitest-no-such-program", "no-such-package"]);
     }
 }

@@ -614,12 +614,27 @@ fn check_without_cache_sends_no_prev_result_and_rejects_a_broken_cache() {
     assert!(f.exec.calls().is_empty());
 }
 
-#[test]
-fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
+/// The GC tests' start: a 1.1.0 list with one attachment added (and
+/// cached), the calls of that ADD forgotten.
+fn attached_on_1_1_0() -> (Fixture, NetworkConfigList) {
     let f = fixture();
-    let mut l = list("1.1.0");
+    let l = list("1.1.0");
     f.cni.add_network_list(&l, &rt()).unwrap();
     f.exec.clear();
+    (f, l)
+}
+
+/// A GC call to each plugin of the list, in order.
+fn gc_of_every_plugin() -> Vec<(String, String)> {
+    PLUGINS
+        .iter()
+        .map(|p| (p.to_string(), "GC".to_string()))
+        .collect()
+}
+
+#[test]
+fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
+    let (f, mut l) = attached_on_1_1_0();
 
     // disableGC: nothing at all.
     l.disable_gc = true;
@@ -635,13 +650,7 @@ fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
         }],
     };
     f.cni.gc_network_list(&l, Some(&valid)).unwrap();
-    assert_eq!(
-        f.exec.log(),
-        PLUGINS
-            .iter()
-            .map(|p| (p.to_string(), "GC".to_string()))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(f.exec.log(), gc_of_every_plugin());
     for call in f.exec.calls() {
         let expected = json!([{"containerID": "some-container-id", "ifname": "eth0"}]);
         assert_eq!(call.stdin["cni.dev/valid-attachments"], expected);
@@ -670,7 +679,7 @@ fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
     let expected: Vec<(String, String)> = ["third", "second", "first"]
         .iter()
         .map(|p| (p.to_string(), "DEL".to_string()))
-        .chain(PLUGINS.iter().map(|p| (p.to_string(), "GC".to_string())))
+        .chain(gc_of_every_plugin())
         .collect();
     assert_eq!(log, expected);
     let calls = f.exec.calls();
@@ -687,21 +696,12 @@ fn gc_deletes_stale_attachments_then_gcs_every_plugin() {
 
 #[test]
 fn gc_plugins_sends_gc_only_and_keeps_the_cache() {
-    let f = fixture();
-    let mut l = list("1.1.0");
-    f.cni.add_network_list(&l, &rt()).unwrap();
-    f.exec.clear();
+    let (f, mut l) = attached_on_1_1_0();
 
     // Nothing valid: every plugin gets GC with an empty list under both
     // keys, no DEL is sent and the cached attachment stays.
     f.cni.gc_plugins(&l, Some(&GcArgs::default())).unwrap();
-    assert_eq!(
-        f.exec.log(),
-        PLUGINS
-            .iter()
-            .map(|p| (p.to_string(), "GC".to_string()))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(f.exec.log(), gc_of_every_plugin());
     for call in f.exec.calls() {
         assert_eq!(call.stdin["cni.dev/valid-attachments"], json!([]));
         assert_eq!(call.stdin["cni.dev/attachments"], json!([]));

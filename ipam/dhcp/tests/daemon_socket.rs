@@ -37,17 +37,18 @@ fn talk(mut stream: UnixStream) -> std::io::Result<String> {
     Ok(reply)
 }
 
-#[test]
-fn the_socket_is_0600_under_umask_000_and_only_root_is_served() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("sock/dhcp.sock");
+/// Starts the daemon on `socket` with `extra` arguments under umask 000
+/// (the most careless parent: whatever the socket gets, it sets itself)
+/// and waits until it answers.
+fn daemon_under_umask_000(socket: &Path, state: &Path, extra: &[&str]) -> Running {
     let mut command = Command::new(ours());
     command
         .arg("daemon")
         .arg("-socketpath")
-        .arg(&socket)
+        .arg(socket)
+        .args(extra)
         .arg("-statedir")
-        .arg(dir.path().join("state"))
+        .arg(state)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // SAFETY: umask is async-signal-safe.
@@ -57,11 +58,19 @@ fn the_socket_is_0600_under_umask_000_and_only_root_is_served() {
             Ok(())
         });
     }
-    let _daemon = Running(command.spawn().expect("start the daemon"));
+    let daemon = Running(command.spawn().expect("start the daemon"));
     assert!(
-        wait_for(Duration::from_secs(10), || ask(&socket).is_ok()),
+        wait_for(Duration::from_secs(10), || ask(socket).is_ok()),
         "the daemon listens"
     );
+    daemon
+}
+
+#[test]
+fn the_socket_is_0600_under_umask_000_and_only_root_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("sock/dhcp.sock");
+    let _daemon = daemon_under_umask_000(&socket, &dir.path().join("state"), &[]);
     let mode = std::fs::metadata(&socket)
         .expect("socket")
         .permissions()
@@ -192,28 +201,11 @@ fn with_a_socket_group_the_socket_is_0660_and_only_root_and_the_group_are_served
         std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     let socket = folder.join("dhcp.sock");
-    let mut command = Command::new(ours());
-    command
-        .arg("daemon")
-        .arg("-socketpath")
-        .arg(&socket)
-        .arg("-socketgroup")
-        .arg(GROUP.to_string())
-        .arg("-statedir")
-        .arg(dir.path().join("state"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: umask is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            libc::umask(0);
-            Ok(())
-        });
-    }
-    let _daemon = Running(command.spawn().expect("start the daemon"));
-    assert!(
-        wait_for(Duration::from_secs(10), || ask(&socket).is_ok()),
-        "the daemon listens"
+    let group = GROUP.to_string();
+    let _daemon = daemon_under_umask_000(
+        &socket,
+        &dir.path().join("state"),
+        &["-socketgroup", &group],
     );
     let meta = std::fs::metadata(&socket).expect("socket");
     assert_eq!(meta.mode() & 0o777, 0o660, "{:o}", meta.mode());

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use conformance::testnet::{workspace_plugin, TestNetns};
+use conformance::testnet::{self, workspace_plugin, TestNetns};
 use cri_client::oci_image::SandboxImage;
 use cri_client::{cri, Containerd, ContainerdConfig, CriClient, PodSpec, PortMapping, Release};
 use serde_json::json;
@@ -41,42 +41,21 @@ const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
 const RECONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the tests need that may be missing on a developer machine.
-fn missing_tools() -> Vec<&'static str> {
-    let runs = |program: &str, arg: &str| {
-        Command::new(program)
-            .arg(arg)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut missing = Vec::new();
-    if !runs("containerd", "--version") {
-        missing.push("containerd");
-    }
-    if !runs("ctr", "--version") {
-        missing.push("ctr (package containerd)");
-    }
-    if !runs("runc", "--version") {
-        missing.push("runc");
-    }
-    if !Path::new(BUSYBOX).is_file() {
-        missing.push("busybox-static");
-    }
-    missing
-}
+const PROGRAMS: [(&str, &str); 4] = [
+    ("containerd", "--version"),
+    ("ctr", "--version"),
+    ("runc", "--version"),
+    ("curl", "--version"),
+];
+const FILES: [(&str, &str); 1] = [("busybox-static", BUSYBOX)];
 
 fn skip_unless_installed(test: &str) -> bool {
-    let missing = missing_tools();
-    if missing.is_empty() {
-        return false;
-    }
-    libcni::test_skip::skip(
+    testnet::skip_unless_installed(
         test,
-        &format!(
-            "not installed: {} (apt-get install containerd runc busybox-static)",
-            missing.join(", ")
-        ),
-    );
-    true
+        &PROGRAMS,
+        &FILES,
+        "apt-get install containerd runc busybox-static curl",
+    )
 }
 
 /// What a [`CriNode`] runs.
@@ -257,24 +236,7 @@ impl CriNode {
     /// `curl` from the fake host namespace; the body on success. (Not
     /// busybox's wget: Debian's static busybox 1.35 segfaults in it here.)
     fn http_get(&self, addr: &str, port: u16) -> Result<String, String> {
-        http_get(&self.netns, addr, port)
-    }
-}
-
-/// `curl` from a namespace; the body on success.
-fn http_get(from: &TestNetns, addr: &str, port: u16) -> Result<String, String> {
-    let url = format!("http://{addr}:{port}/index.html");
-    let out = from.exec(
-        "curl",
-        &["--silent", "--show-error", "--max-time", "5", &url],
-    );
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "curl {url}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        self.netns.http_get(addr, port)
     }
 }
 
@@ -388,7 +350,7 @@ impl CriNode {
         for needle in ids.iter().chain(ips.iter()) {
             let hits: Vec<&str> = rules
                 .lines()
-                .filter(|line| line_names(line, needle))
+                .filter(|line| testnet::rule_names(line, needle))
                 .collect();
             assert!(
                 hits.is_empty(),
@@ -491,17 +453,6 @@ fn children(pid: i32) -> Vec<i32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
-}
-
-/// Whether a rule line names an address or ID as a whole word (so that
-/// 10.0.0.1 does not match 10.0.0.12).
-fn line_names(line: &str, needle: &str) -> bool {
-    line.match_indices(needle).any(|(at, _)| {
-        let before = line[..at].chars().next_back();
-        let after = line[at + needle.len()..].chars().next();
-        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.');
-        !part(before) && !part(after)
-    })
 }
 
 /// A folder with one small wrapper per plugin: it appends the call to
@@ -823,7 +774,7 @@ fn single_pod(mut node: CriNode) {
         "the pod through its hostPort, from the node itself"
     );
     assert_eq!(
-        http_get(&node.outside, NODE_LAN_ADDR, host_port).as_deref(),
+        node.outside.http_get(NODE_LAN_ADDR, host_port).as_deref(),
         Ok("cnitest pod\n"),
         "the pod through its hostPort, from another machine on the node's network"
     );
@@ -845,7 +796,7 @@ fn single_pod(mut node: CriNode) {
         "host port still answers after StopPodSandbox"
     );
     assert!(
-        http_get(&node.outside, NODE_LAN_ADDR, host_port).is_err(),
+        node.outside.http_get(NODE_LAN_ADDR, host_port).is_err(),
         "host port still answers the outside after StopPodSandbox"
     );
     client.remove_pod_sandbox(&id).expect("RemovePodSandbox");

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use conformance::testnet::{workspace_plugin, TestNetns};
+use conformance::testnet::{self, workspace_plugin, TestNetns};
 use cri_client::oci_image::SandboxImage;
 use cri_client::{cri, Containerd, ContainerdConfig, CriClient, PodSpec, PortMapping};
 use serde_json::{json, Value};
@@ -42,47 +42,26 @@ const CACHE_RESULTS: &str = "var/lib/cni/results";
 const LEASES: &str = "var/lib/cni/networks";
 const TUNING_SAVED: &str = "run/cni/tuning";
 
-fn missing_tools() -> Vec<&'static str> {
-    let runs = |program: &str, arg: &str| {
-        Command::new(program)
-            .arg(arg)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut missing = Vec::new();
-    for (program, arg) in [
-        ("containerd", "--version"),
-        ("ctr", "--version"),
-        ("runc", "--version"),
-        ("nsenter", "--version"),
-        ("iptables-save", "--version"),
-        ("tc", "-V"),
-        ("curl", "--version"),
-        ("touch", "--version"),
-    ] {
-        if !runs(program, arg) {
-            missing.push(program);
-        }
-    }
-    if !Path::new(BUSYBOX).is_file() {
-        missing.push("busybox-static");
-    }
-    missing
-}
+/// What the tests need that may be missing on a developer machine.
+const PROGRAMS: [(&str, &str); 8] = [
+    ("containerd", "--version"),
+    ("ctr", "--version"),
+    ("runc", "--version"),
+    ("nsenter", "--version"),
+    ("iptables-save", "--version"),
+    ("tc", "-V"),
+    ("curl", "--version"),
+    ("touch", "--version"),
+];
+const FILES: [(&str, &str); 1] = [("busybox-static", BUSYBOX)];
 
 fn skip_unless_installed(test: &str) -> bool {
-    let missing = missing_tools();
-    if missing.is_empty() {
-        return false;
-    }
-    libcni::test_skip::skip(
+    testnet::skip_unless_installed(
         test,
-        &format!(
-            "not installed: {} (apt-get install containerd runc busybox-static iptables iproute2 curl util-linux)",
-            missing.join(", ")
-        ),
-    );
-    true
+        &PROGRAMS,
+        &FILES,
+        "apt-get install containerd runc busybox-static iptables iproute2 curl util-linux",
+    )
 }
 
 /// A node: containerd in a namespace of the test's, with our plugins and
@@ -379,11 +358,11 @@ impl Node {
     fn assert_pod_serves(&self, pod: &Pod, host_port: u16) {
         assert!(self.netns.ping(&pod.ip), "ping {}", pod.ip);
         assert_eq!(
-            http_get(&self.netns, &pod.ip, POD_HTTP_PORT).as_deref(),
+            self.netns.http_get(&pod.ip, POD_HTTP_PORT).as_deref(),
             Ok("cnitest pod\n")
         );
         assert_eq!(
-            http_get(&self.netns, &self.gateway, host_port).as_deref(),
+            self.netns.http_get(&self.gateway, host_port).as_deref(),
             Ok("cnitest pod\n"),
             "host port {host_port}"
         );
@@ -419,7 +398,7 @@ impl Snapshot {
         found.extend(
             self.rules
                 .lines()
-                .filter(|l| line_names(l, id) || line_names(l, ip))
+                .filter(|l| testnet::rule_names(l, id) || testnet::rule_names(l, ip))
                 .map(|l| format!("rule {l}")),
         );
         found
@@ -463,17 +442,6 @@ fn normalise_rules(text: &str) -> String {
     out
 }
 
-/// Whether a line names an address or ID as a whole word (10.0.0.1 is not
-/// 10.0.0.12).
-fn line_names(line: &str, needle: &str) -> bool {
-    line.match_indices(needle).any(|(at, _)| {
-        let before = line[..at].chars().next_back();
-        let after = line[at + needle.len()..].chars().next();
-        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.');
-        !part(before) && !part(after)
-    })
-}
-
 fn read_dir_map<T>(dir: &Path, read: impl Fn(&[u8]) -> T) -> BTreeMap<String, T> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return BTreeMap::new();
@@ -486,22 +454,6 @@ fn read_dir_map<T>(dir: &Path, read: impl Fn(&[u8]) -> T) -> BTreeMap<String, T>
             Some((name, read(&data)))
         })
         .collect()
-}
-
-fn http_get(from: &TestNetns, addr: &str, port: u16) -> Result<String, String> {
-    let url = format!("http://{addr}:{port}/index.html");
-    let out = from.exec(
-        "curl",
-        &["--silent", "--show-error", "--max-time", "10", &url],
-    );
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "curl {url}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 fn stdout_lines(out: &Output) -> BTreeSet<String> {
