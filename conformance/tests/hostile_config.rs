@@ -514,7 +514,7 @@ const CASES: &[Case] = &[
         "CHECK",
         |s| loopback_logging(json!(s.a("logs"))),
         3,
-        |_| "is outside the folders allowed for logs".into(),
+        |_| "is itself one of the folders allowed for logs".into(),
     )
     .lacks(NO_LOG_KEYS),
     case(
@@ -847,7 +847,7 @@ const CASES: &[Case] = &[
         "GC",
         |s| tuning_gc(json!(s.a("state"))),
         7,
-        |_| "is outside the folders allowed for state".into(),
+        |_| "is itself one of the folders allowed for state, which other networks share".into(),
     ),
     case(
         "host-device DEL with a dataDir outside the state folders",

@@ -180,6 +180,17 @@ pub enum ConfineError {
         allowed: String,
         policy: String,
     },
+    /// Shared by every configuration: a plugin's files there could meet
+    /// another network's, and its cleanup would remove theirs.
+    #[error(
+        "{key} {path:?} is itself one of the folders allowed for {setting}, \
+         which other networks share; name a folder inside it"
+    )]
+    AllowedFolderItself {
+        key: String,
+        path: PathBuf,
+        setting: &'static str,
+    },
     #[error("{key} {path:?} must be an absolute path without \".\" or \"..\" components")]
     NotPlain { key: String, path: PathBuf },
     #[error(
@@ -234,18 +245,27 @@ impl Places {
     }
 
     /// The places of the policy file at `path`.
+    ///
+    /// One configuration may have several confined keys, each checked
+    /// through [`Places::node`]: the places of the last file read are kept
+    /// for the process (a plugin call) with what identifies that version
+    /// of the file ([`Stamp`]), so a second key costs an open and an fstat
+    /// instead of a read and a parse. A changed file (a daemon's later
+    /// call) has another stamp and is read again.
     pub fn load(path: &Path) -> Result<Places, ConfineError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let shown = path.display().to_string();
         let bad = |reason: String| ConfineError::Policy {
             path: shown.clone(),
             reason,
         };
-        let bytes = match crate::config_file::read_bounded(
-            path,
-            POLICY_CAP,
-            crate::config_file::Symlinks::Refuse,
-        ) {
-            Ok(bytes) => bytes,
+        // O_NONBLOCK: a FIFO put there must not hang the plugin.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path);
+        let file = match opened {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(Places {
                     policy: Policy::default(),
@@ -254,7 +274,11 @@ impl Places {
             }
             Err(e) => return Err(bad(e.to_string())),
         };
-        let meta = std::fs::symlink_metadata(path).map_err(|e| bad(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
+        let stamp = Stamp::of(&meta);
+        if let Some(places) = loaded(path, &stamp) {
+            return Ok(places);
+        }
         // Whoever may write the policy may write anywhere as root.
         if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
             return Err(bad(format!(
@@ -264,11 +288,17 @@ impl Places {
                 meta.mode() & 0o7777
             )));
         }
+        #[cfg(test)]
+        POLICY_READS.with(|n| n.set(n.get() + 1));
+        let bytes = crate::config_file::read_bounded_file(file, path, POLICY_CAP)
+            .map_err(|e| bad(e.to_string()))?;
         let policy = Policy::parse(&bytes).map_err(bad)?;
-        Ok(Places {
+        let places = Places {
             policy,
             policy_path: shown,
-        })
+        };
+        remember(path, stamp, &places);
+        Ok(places)
     }
 
     /// The policy read (defaults only when there was no file).
@@ -315,9 +345,13 @@ impl Places {
             });
         }
         let allowed = self.allowed(place);
+        let mut is_allowed_folder = false;
         for base in &allowed {
             if let Ok(rel) = path.strip_prefix(base) {
                 if rel.as_os_str().is_empty() {
+                    // Another allowed folder may still hold it (one
+                    // allowed folder inside another).
+                    is_allowed_folder = true;
                     continue;
                 }
                 return Ok(Confined {
@@ -326,6 +360,13 @@ impl Places {
                     rel: rel.to_path_buf(),
                 });
             }
+        }
+        if is_allowed_folder {
+            return Err(ConfineError::AllowedFolderItself {
+                key: key.to_string(),
+                path: path.to_path_buf(),
+                setting: place.setting(),
+            });
         }
         Err(ConfineError::Outside {
             key: key.to_string(),
@@ -338,6 +379,62 @@ impl Places {
                 .join(", "),
             policy: self.policy_path.clone(),
         })
+    }
+}
+
+/// What tells one version of the policy file from another without
+/// reading it: the file itself (device, inode) and its size and change
+/// times (an edit, a replacement, a chmod or chown each move ctime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether a later change is sure to move the stamp. File times tick
+    /// with the kernel's coarse clock (a jiffy, up to 10 ms): a file
+    /// changed again within that tick, to the same size, keeps its stamp.
+    /// A stamp not yet a second old is therefore not trusted (as git treats
+    /// a "racily clean" file).
+    fn settled(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        now.saturating_sub(self.ctime.0.max(self.mtime.0)) >= 2
+    }
+}
+
+/// The last policy file this process read, its stamp and its places.
+static LOADED: std::sync::Mutex<Option<(PathBuf, Stamp, Places)>> = std::sync::Mutex::new(None);
+
+fn loaded(path: &Path, stamp: &Stamp) -> Option<Places> {
+    let slot = LOADED.lock().ok()?;
+    match &*slot {
+        Some((p, s, places)) if p == path && s == stamp => Some(places.clone()),
+        _ => None,
+    }
+}
+
+fn remember(path: &Path, stamp: Stamp, places: &Places) {
+    if !stamp.settled() {
+        return;
+    }
+    if let Ok(mut slot) = LOADED.lock() {
+        *slot = Some((path.to_path_buf(), stamp, places.clone()));
     }
 }
 
@@ -534,6 +631,12 @@ fn make_parents(base: &OwnedFd, rel: &Path, mode: u32) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Policy files this thread has read (not taken from [`LOADED`]).
+    static POLICY_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]

@@ -45,18 +45,29 @@ impl Confined {
     /// with mode `create` first when given. A link or a file on the way
     /// is [`ConfineError::Link`].
     pub fn open_folder(&self, create: Option<u32>) -> Result<OwnedFd, ConfineError> {
-        let opened = (|| {
-            let base = open_base(&self.base, create)?;
-            if let Some(mode) = create {
-                // The parents of a name inside the folder: the folder too.
-                make_parents(&base, &self.rel.join("x"), mode)?;
-            }
+        let open = |base: &OwnedFd| {
             open_beneath(
-                &base,
+                base,
                 &self.rel,
                 OFlags::PATH | OFlags::DIRECTORY,
                 Mode::empty(),
             )
+        };
+        let opened = (|| {
+            // Most calls find the folder made by an earlier one: open it
+            // first and make folders only when something is missing (each
+            // call is a fresh process, and the walk that makes them costs
+            // a dozen system calls).
+            let existing = open_base(&self.base, None).and_then(|base| open(&base));
+            let mode = match (existing, create) {
+                (Ok(fd), _) => return Ok(fd),
+                (Err(e), Some(mode)) if e.kind() == io::ErrorKind::NotFound => mode,
+                (Err(e), _) => return Err(e),
+            };
+            let base = open_base(&self.base, Some(mode))?;
+            // The parents of a name inside the folder: the folder too.
+            make_parents(&base, &self.rel.join("x"), mode)?;
+            open(&base)
         })();
         opened.map_err(|source| {
             use rustix::io::Errno;

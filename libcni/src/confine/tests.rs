@@ -40,10 +40,21 @@ fn paths_outside_the_places_are_refused_with_the_setting_that_allows_them() {
          (/var/log/cni-rs); the node's administrator can allow a folder with \
          \"allow\": {\"logs\": [\"/folder\"]} in /etc/cni/cni-rs-policy.json"
     );
+    // The allowed folder itself: its own message, not "outside" a list
+    // that names it.
+    let e = places
+        .confine("logFile", Place::Logs, Path::new("/var/log/cni-rs"))
+        .unwrap_err();
+    assert_eq!(e.to_cni_error().code, ErrorCode::InvalidNetworkConfig);
+    assert_eq!(
+        e.to_string(),
+        "logFile \"/var/log/cni-rs\" is itself one of the folders allowed for logs, \
+         which other networks share; name a folder inside it"
+    );
     for (path, plain) in [
         ("/var/log/cni-rs/../../../etc/passwd", false),
         ("var/log/cni-rs/x.log", false),
-        ("/var/log/cni-rs", true),
+        ("/var/log/cni-rs", false),
         ("/var/log/cni-rs-other/x.log", true),
         ("/var/log", true),
     ] {
@@ -197,6 +208,61 @@ fn the_policy_file_is_parsed_strictly_and_must_be_roots() {
         let e = Policy::parse(text.as_bytes()).unwrap_err();
         assert!(e.contains(reason), "{text}: {e}");
     }
+}
+
+#[test]
+fn a_settled_policy_file_is_read_once_and_again_when_it_changes() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let reads = || super::POLICY_READS.with(|n| n.get());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.json");
+    let write = |text: &str| {
+        // In place (same inode): only the times and the size tell.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    };
+    write(r#"{"allow":{"logs":["/srv/aaa"]}}"#);
+    // Just written: not trusted yet, read every time.
+    let start = reads();
+    Places::load(&path).unwrap();
+    Places::load(&path).unwrap();
+    assert_eq!(reads() - start, 2);
+
+    // Settled (two seconds on the file's clock): read once, then kept.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let start = reads();
+    let first = Places::load(&path).unwrap();
+    let second = Places::load(&path).unwrap();
+    assert_eq!(reads() - start, 1);
+    assert_eq!(first, second);
+    assert_eq!(
+        second.allowed(Place::Logs),
+        vec![PathBuf::from("/var/log/cni-rs"), PathBuf::from("/srv/aaa")]
+    );
+
+    // Rewritten to the same size: new times, read again.
+    write(r#"{"allow":{"logs":["/srv/bbb"]}}"#);
+    let places = Places::load(&path).unwrap();
+    assert_eq!(
+        places.allowed(Place::Logs),
+        vec![PathBuf::from("/var/log/cni-rs"), PathBuf::from("/srv/bbb")]
+    );
+    // Made writable by others: refused, not served from memory.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let e = Places::load(&path).unwrap_err();
+    assert!(e.to_string().contains("(owner 0, mode 666)"), "{e}");
+    // Removed: defaults.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        Places::load(&path).unwrap().allowed(Place::Logs),
+        vec![PathBuf::from("/var/log/cni-rs")]
+    );
 }
 
 #[test]
