@@ -650,6 +650,35 @@ fn nothing_is_released_that_the_agent_cannot_tell_is_dead() {
         "the orphan's cache entry was kept"
     );
 
+    // GC passes but a plugin's DEL fails (a wrapper answers DEL with an
+    // error): the orphan is not reported released, the failure is logged
+    // and counted, its cache entry stays for the next pass.
+    std::fs::rename(&plugin, &parked).expect("park bandwidth");
+    write_failing_del(&plugin, &parked);
+    let out = node.gc(&[]);
+    std::fs::remove_file(&plugin).expect("remove the wrapper");
+    std::fs::rename(&parked, &plugin).expect("bandwidth back");
+    assert!(out.status.success());
+    assert_eq!(stdout_lines(&out), BTreeSet::new());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "network {}: DEL of container {} ifname eth0 failed, its cache entry kept: ",
+            node.network, orphan.container_id
+        )) && stderr.contains("cnitest: DEL refused"),
+        "the agent says which DEL failed and why"
+    );
+    assert!(
+        stderr.contains("pass done in ") && stderr.contains(": 0 released, 1 network errors"),
+        "the pass counts the failure"
+    );
+    assert!(
+        node.cache_entries()
+            .values()
+            .any(|e| e["containerId"] == orphan.container_id.as_str()),
+        "the orphan's cache entry was kept after its DEL failed"
+    );
+
     // Runtime back: only the orphan goes; ready and not-ready pods stay.
     let out = node.gc(&[]);
     assert!(out.status.success());
@@ -680,6 +709,24 @@ fn nothing_is_released_that_the_agent_cannot_tell_is_dead() {
     }
     node.assert_pod_serves(&ready, 30091);
     eprintln!("safety test: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Puts at `path` a plugin that runs `real` for every command but DEL,
+/// which it answers with a CNI error (code 11), as a plugin that cannot
+/// reach its state would.
+fn write_failing_del(path: &Path, real: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        "#!/bin/sh\n\
+         if [ \"$CNI_COMMAND\" = DEL ]; then\n\
+         echo '{{\"cniVersion\":\"1.1.0\",\"code\":11,\"msg\":\"cnitest: DEL refused\"}}'\n\
+         exit 1\n\
+         fi\n\
+         exec {} \"$@\"\n",
+        real.display()
+    );
+    std::fs::write(path, script).expect("write the wrapper");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 /// Kills a sandbox's process (its pid from containerd's verbose status):
