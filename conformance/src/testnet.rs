@@ -175,6 +175,28 @@ pub fn rule_names(line: &str, needle: &str) -> bool {
     })
 }
 
+/// How long a test waits for what the kernel finishes asynchronously, such
+/// as destroying a deleted namespace's links (a workqueue, after RCU grace
+/// periods): on a loaded two-core CI machine that took over a second, so
+/// the bound is generous. A wait ends as soon as its condition holds; only
+/// a real leak pays the whole bound.
+pub const KERNEL_CLEANUP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Polls `done` every 50 ms until it holds or [`KERNEL_CLEANUP`] has
+/// passed; whether it held.
+pub fn kernel_settles(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + KERNEL_CLEANUP;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// `ip <args>`, asserting success; returns stdout.
 pub fn ip(args: &[&str]) -> String {
     let out = Command::new("ip")

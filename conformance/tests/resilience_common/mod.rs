@@ -698,10 +698,7 @@ impl TestHost {
     /// asynchronously: waits (a bounded time) until no veth is left in the
     /// host. One that stays is reported by [`TestHost::leftovers`].
     pub fn wait_for_veths_gone(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.host_veths().is_empty() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(5));
-        }
+        conformance::testnet::kernel_settles(|| self.host_veths().is_empty());
     }
 
     pub fn host_veths(&self) -> Vec<String> {

@@ -312,10 +312,7 @@ fn del_twice_and_del_with_the_netns_gone() {
         "the lease is released without a netns"
     );
     // The kernel removes the veth with the netns, asynchronously.
-    let gone = (0..50).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        fx.host_veths().is_empty()
-    });
+    let gone = conformance::testnet::kernel_settles(|| fx.host_veths().is_empty());
     assert!(gone, "the veth went with the netns");
     call(&fx).assert_ok();
 }

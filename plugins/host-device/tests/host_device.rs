@@ -206,14 +206,13 @@ fn addresses(ns: &TestNetns, name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Waits (up to 10 s) for something the kernel does asynchronously, such
-/// as destroying a deleted namespace's links.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "not seen: {what}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+/// Waits for something the kernel does asynchronously, such as
+/// destroying a deleted namespace's links.
+fn eventually(what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        conformance::testnet::kernel_settles(done),
+        "not seen: {what}"
+    );
 }
 
 fn is_up(link: &Value) -> bool {

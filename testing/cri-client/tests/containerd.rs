@@ -275,17 +275,11 @@ impl CriNode {
     /// asynchronously (a workqueue, after RCU grace periods): in a CI run
     /// on a loaded two-core machine the veth was still listed right after
     /// the agent's pass. A veth our DEL should have removed never goes by
-    /// itself, so waiting (up to 60 s, returning as soon as none is left)
-    /// still catches a leak.
+    /// itself, so waiting ([`testnet::KERNEL_CLEANUP`], returning as soon
+    /// as none is left) still catches a leak.
     fn veths_once_namespaces_are_gone(&self) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let veths = self.veths();
-            if veths.is_empty() || Instant::now() >= deadline {
-                return veths;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        testnet::kernel_settles(|| self.veths().is_empty());
+        self.veths()
     }
 
     /// The namespace's iptables (both families) and nftables rules, as text.
