@@ -182,10 +182,13 @@ pub fn rule_names(line: &str, needle: &str) -> bool {
 /// a real leak pays the whole bound.
 pub const KERNEL_CLEANUP: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Polls `done` every 50 ms until it holds or [`KERNEL_CLEANUP`] has
-/// passed; whether it held.
+/// Polls `done` until it holds or [`KERNEL_CLEANUP`] has passed; whether
+/// it held. The pauses start at 5 ms and double up to 50 ms: the cleanup
+/// usually ends within milliseconds, and tests wait for it in loops of
+/// hundreds of trials.
 pub fn kernel_settles(mut done: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + KERNEL_CLEANUP;
+    let mut pause = std::time::Duration::from_millis(5);
     loop {
         if done() {
             return true;
@@ -193,7 +196,8 @@ pub fn kernel_settles(mut done: impl FnMut() -> bool) -> bool {
         if std::time::Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
 }
 
