@@ -58,7 +58,7 @@ unshare --net --mount --propagation private --fork bash -c "
   python3 $w/gen.py $attachments $w/conf/10-idle.conflist
   containerd --config $w/config.toml > $w/containerd.log 2>&1 & echo \$! > $w/containerd.pid
   for i in \$(seq 100); do [ -S $w/containerd.sock ] && break; sleep 0.1; done
-  $agent run --cri-endpoint unix://$w/containerd.sock --conf-dir $w/conf --bin-dir $w/bin --cache-dir $w/cache --interval 10s --min-age 1000h --metrics-port 19793 > $w/agent.log 2>&1 & echo \$! > $w/agent.pid
+  $agent run --cri-endpoint unix://$w/containerd.sock --conf-dir $w/conf --bin-dir $w/bin --cache-dir /var/lib/cni --interval 10s --min-age 1000h --metrics-port 19793 > $w/agent.log 2>&1 & echo \$! > $w/agent.pid
   wait" &
 holder=$!
 sleep 5
@@ -72,5 +72,6 @@ rss=$(awk '/VmRSS/{print $2}' /proc/$apid/status); hwm=$(awk '/VmHWM/{print $2}'
 metrics=$(nsenter --target $apid --net curl -s http://127.0.0.1:19793/metrics | grep -vE "^#" | grep -E "pass|addresses" | head -12 || true)
 echo "agent idle over $(echo "$t1 - $t0" | bc) s: CPU $(( (c1 - c0) * 1000 / ticks )) ms ($(echo "scale=3; ($c1 - $c0) * 100 / $ticks / ($t1 - $t0)" | bc) %), RSS ${rss} KiB, peak ${hwm} KiB"
 echo "$metrics"
+grep -vE "metrics on|: ready" $w/agent.log | head -5 || true
 kill $(cat $w/agent.pid) $(cat $w/containerd.pid) 2>/dev/null || true
 wait $holder 2>/dev/null || true
