@@ -41,17 +41,19 @@ pub enum Symlinks {
 
 /// The bytes of the regular file at `path`, at most `cap` of them.
 pub fn read_bounded(path: &Path, cap: u64, symlinks: Symlinks) -> io::Result<Vec<u8>> {
+    read_bounded_file(open_for_reading(path, symlinks)?, path, cap)
+}
+
+/// Opens `path` for reading as [`read_bounded`] does, for a caller that
+/// looks at the file's metadata before it reads.
+pub fn open_for_reading(path: &Path, symlinks: Symlinks) -> io::Result<File> {
     // O_NONBLOCK: opening a FIFO without a writer would block, and so
     // would some devices; O_NOCTTY: a terminal must not become ours.
     let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
     if symlinks == Symlinks::Refuse {
         flags |= libc::O_NOFOLLOW;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)?;
-    read_bounded_file(file, path, cap)
+    OpenOptions::new().read(true).custom_flags(flags).open(path)
 }
 
 /// As [`read_bounded`], for a file already open (`path` only names it in

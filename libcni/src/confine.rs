@@ -253,17 +253,13 @@ impl Places {
     /// instead of a read and a parse. A changed file (a daemon's later
     /// call) has another stamp and is read again.
     pub fn load(path: &Path) -> Result<Places, ConfineError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let shown = path.display().to_string();
         let bad = |reason: String| ConfineError::Policy {
             path: shown.clone(),
             reason,
         };
-        // O_NONBLOCK: a FIFO put there must not hang the plugin.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path);
+        let opened =
+            crate::config_file::open_for_reading(path, crate::config_file::Symlinks::Refuse);
         let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -408,8 +404,8 @@ impl Stamp {
     /// Whether a later change is sure to move the stamp. File times tick
     /// with the kernel's coarse clock (a jiffy, up to 10 ms): a file
     /// changed again within that tick, to the same size, keeps its stamp.
-    /// A stamp not yet a second old is therefore not trusted (as git treats
-    /// a "racily clean" file).
+    /// A stamp less than two whole seconds old is therefore not trusted
+    /// (as git treats a "racily clean" file).
     fn settled(&self) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
