@@ -17,7 +17,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 agent=$1; secs=${2:-120}; attachments=${3:-0}
 w=$(mktemp -d /tmp/cnitest-agent.XXXXXX)
 trap 'rm -rf "$w"' EXIT
-mkdir -p $w/{conf,bin,root,state,opt,runc,cache}
+mkdir -p $w/{conf,bin,root,state,opt,runc}
 cat > $w/config.toml <<EOF
 version = 2
 root = "$w/root"
